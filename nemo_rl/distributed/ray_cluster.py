@@ -1,0 +1,62 @@
+"""Starting or joining Ray, and creating worker actors that inherit the driver's telemetry settings."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import ray
+
+__all__ = ["TELEMETRY_ENV_PREFIXES", "in_ray_actor", "init_ray", "spawn_actor", "telemetry_env_vars"]
+
+# Workers inherit telemetry through env: init_telemetry_driver writes NEMO_RL_OTEL_* before Ray
+# starts, and OTEL_* are the SDK's own variables (endpoints, headers, resource attributes).
+TELEMETRY_ENV_PREFIXES = ("NEMO_RL_OTEL_", "NEMO_LENS_", "OTEL_")
+
+
+def telemetry_env_vars() -> dict[str, str]:
+    """Returns the telemetry variables of ``os.environ`` that every worker must see."""
+    return {k: v for k, v in os.environ.items() if k.startswith(TELEMETRY_ENV_PREFIXES)}
+
+
+def init_ray(num_cpus: int = 4, address: str | None = None) -> dict[str, Any]:
+    """Joins ``address`` (or ``$RAY_ADDRESS``) if given, else starts a local cluster; returns its resources.
+
+    The local cluster binds to 127.0.0.1 only and starts no dashboard, so it works inside a
+    loopback-only network namespace. ``num_cpus`` is logical: actors ask for fractions of it.
+    Does nothing if Ray is already initialised.
+    """
+    if not ray.is_initialized():
+        address = address or os.environ.get("RAY_ADDRESS")
+        env_vars = telemetry_env_vars()
+        runtime_env = {"env_vars": env_vars} if env_vars else None
+        if address:
+            ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
+        else:
+            ray.init(
+                num_cpus=num_cpus,
+                include_dashboard=False,
+                _node_ip_address="127.0.0.1",
+                runtime_env=runtime_env,
+                log_to_driver=True,
+                configure_logging=False,
+            )
+    return ray.cluster_resources()
+
+
+def spawn_actor(cls: type, *args: Any, num_cpus: float = 1.0, **kwargs: Any) -> Any:
+    """Returns a Ray actor handle for ``cls(*args, **kwargs)`` whose process sees the telemetry env.
+
+    The env is read now, not when Ray started, so settings written after ``init_ray`` still reach
+    new workers.
+    """
+    options: dict[str, Any] = {"num_cpus": num_cpus}
+    env_vars = telemetry_env_vars()
+    if env_vars:
+        options["runtime_env"] = {"env_vars": env_vars}
+    return ray.remote(cls).options(**options).remote(*args, **kwargs)
+
+
+def in_ray_actor() -> bool:
+    """Returns whether this code runs inside a Ray actor process."""
+    return ray.is_initialized() and ray.get_runtime_context().get_actor_id() is not None

@@ -1,0 +1,73 @@
+"""Every driver-to-actor call carries the W3C trace context, so worker spans join the driver's trace.
+
+Two halves, written once:
+
+- ``@carries_trace`` on an actor method: the method accepts a hidden ``_trace_carrier`` keyword
+  and runs its body with that carrier's context attached. Works for sync and ``async def``
+  methods. Called without a carrier (in-process, in a unit test) it just runs.
+- ``call(actor.method, *args, **kwargs)`` on the driver (or in a worker that calls another
+  worker): injects the current context into ``_trace_carrier`` and returns the ``ObjectRef``.
+
+A process whose telemetry is off still attaches and re-injects the carrier, so a context passing
+through a non-exporting rank to a second actor is kept.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from spanspec import propagate
+
+__all__ = ["CARRIER_KWARG", "call", "carries_trace"]
+
+CARRIER_KWARG = "_trace_carrier"
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def carries_trace(fn: F) -> F:
+    """Returns ``fn`` wrapped to run under the trace context passed in ``_trace_carrier``.
+
+    Raises ``TypeError`` for a generator method (Ray streams those; not needed here).
+    """
+    if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+        raise TypeError(f"@carries_trace does not support generator methods: {fn.__qualname__}")
+
+    if inspect.iscoroutinefunction(fn):
+
+        @functools.wraps(fn)
+        async def async_wrapper(*args: Any, _trace_carrier: dict[str, str] | None = None, **kw: Any):
+            if not _trace_carrier:
+                return await fn(*args, **kw)
+            with propagate.attached(_trace_carrier):
+                return await fn(*args, **kw)
+
+        async_wrapper.__carries_trace__ = True  # type: ignore[attr-defined]
+        return async_wrapper  # type: ignore[return-value]
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, _trace_carrier: dict[str, str] | None = None, **kw: Any):
+        if not _trace_carrier:
+            return fn(*args, **kw)
+        with propagate.attached(_trace_carrier):
+            return fn(*args, **kw)
+
+    wrapper.__carries_trace__ = True  # type: ignore[attr-defined]
+    return wrapper  # type: ignore[return-value]
+
+
+def call(method: Any, *args: Any, **kwargs: Any) -> Any:
+    """Calls ``method.remote(*args, **kwargs)`` with the current trace context; returns the ``ObjectRef``.
+
+    ``method`` is a Ray actor method handle (``actor.train``) whose target is decorated with
+    ``@carries_trace``. Raises ``TypeError`` if the caller already passed ``_trace_carrier``.
+    """
+    if CARRIER_KWARG in kwargs:
+        raise TypeError(f"{CARRIER_KWARG} is set by call(); do not pass it yourself")
+    carrier = propagate.inject()
+    if carrier:
+        kwargs[CARRIER_KWARG] = carrier
+    return method.remote(*args, **kwargs)

@@ -1,0 +1,1 @@
+"""Models: the tiny causal LM, the policy worker and the generation backends."""

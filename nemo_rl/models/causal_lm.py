@@ -1,0 +1,78 @@
+"""The tiny causal LM (a randomly initialised Llama) and the log-probability helper every worker shares."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from pydantic import BaseModel, ConfigDict
+from transformers import LlamaConfig, LlamaForCausalLM
+
+__all__ = ["ModelConfig", "build_causal_lm", "position_ids_from_mask", "token_logprobs"]
+
+
+class ModelConfig(BaseModel):
+    """Shape of the tiny Llama. The defaults give about 0.8M parameters."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "tiny-llama"
+    """Name reported in spans and metrics."""
+    hidden_size: int = 128
+    """Width of the residual stream."""
+    intermediate_size: int = 384
+    """Width of the MLP."""
+    num_layers: int = 4
+    """Transformer blocks."""
+    num_heads: int = 4
+    """Attention heads (also the key/value heads)."""
+    max_position_embeddings: int = 32
+    """Longest prompt plus response."""
+
+
+def build_causal_lm(cfg: ModelConfig, vocab_size: int, seed: int) -> LlamaForCausalLM:
+    """Returns a ``LlamaForCausalLM`` with weights drawn from ``torch.manual_seed(seed)``."""
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_heads,
+        max_position_embeddings=cfg.max_position_embeddings,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        tie_word_embeddings=False,
+        attn_implementation="eager",
+    )
+    # Seed only the construction, and restore the caller's RNG so building a model has no side effect.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config)
+    return model
+
+
+def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Returns ``[B, T]`` positions counting only attended tokens, so left padding does not shift them."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def token_logprobs(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    temperature: float = 1.0,
+) -> torch.Tensor:
+    """Returns ``[B, T]``: entry ``t`` is log p(token t | tokens < t) at ``temperature``; column 0 is 0.
+
+    The temperature matches the sampler's, so the logprobs of freshly sampled tokens agree with
+    the ones the generation backend reported.
+    """
+    logits = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids_from_mask(attention_mask),
+    ).logits
+    logp = F.log_softmax(logits[:, :-1].float() / temperature, dim=-1)
+    picked = logp.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
+    return F.pad(picked, (1, 0))

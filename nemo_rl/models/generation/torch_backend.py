@@ -1,0 +1,136 @@
+"""Batched sampling with the HF model in plain torch: the CPU generation backend and its Ray worker."""
+
+from __future__ import annotations
+
+import spanspec
+import torch
+import torch.nn.functional as F
+
+from nemo_rl.distributed import carries_trace, init_worker
+from nemo_rl.models.causal_lm import ModelConfig, build_causal_lm, position_ids_from_mask
+from nemo_rl.models.generation.interface import (
+    GenerationConfig,
+    GenerationInterface,
+    GenerationOutput,
+    num_bytes,
+)
+from nemo_rl.telemetry import record_token_usage
+
+__all__ = ["TorchGeneration"]
+
+
+class TorchGeneration(GenerationInterface):
+    """Samples from its own copy of the policy; ``update_weights`` refreshes that copy.
+
+    Used as a Ray actor (``spawn_actor(TorchGeneration, ...)``) or in-process in tests.
+    """
+
+    def __init__(
+        self,
+        model_cfg: ModelConfig,
+        gen_cfg: GenerationConfig,
+        vocab_size: int,
+        eos_token_id: int,
+        pad_token_id: int,
+        seed: int,
+        rank: int = 0,
+        world_size: int = 1,
+    ) -> None:
+        init_worker(rank, world_size, "generation")
+        self.model_cfg = model_cfg
+        self.cfg = gen_cfg
+        self.eos_token_id = eos_token_id
+        self.pad_token_id = pad_token_id
+        self.rank = rank
+        self.model = build_causal_lm(model_cfg, vocab_size, seed).eval()
+
+    @carries_trace
+    @torch.no_grad()
+    def generate(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        greedy: bool = False,
+        seed: int | None = None,
+    ) -> GenerationOutput:
+        """Returns sampled (or greedy) responses; see ``GenerationInterface.generate``."""
+        n_new = self.cfg.max_new_tokens
+        temperature = 1.0 if greedy else self.cfg.temperature
+        with spanspec.span(
+            "rl.worker.generate",
+            **{
+                "gen_ai.system": "torch",
+                "gen_ai.operation.name": "text_completion",
+                "gen_ai.request.model": self.model_cfg.name,
+                "gen_ai.request.max_tokens": n_new,
+                "gen_ai.request.temperature": float(temperature),
+                "gen_ai.usage.input_tokens": int(attention_mask.sum()),
+                "rl.worker.rank": self.rank,
+            },
+        ) as span:
+            out = self._sample(input_ids, attention_mask, greedy, seed, temperature)
+            n_out = int(out["response_mask"].sum())
+            if span is not None:
+                span.set_attribute("gen_ai.usage.output_tokens", n_out)
+        record_token_usage(int(attention_mask.sum()), n_out, system="torch")
+        return out
+
+    def _sample(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        greedy: bool,
+        seed: int | None,
+        temperature: float,
+    ) -> GenerationOutput:
+        gen = torch.Generator()
+        gen.manual_seed(0 if seed is None else seed)
+        batch, prompt_len = input_ids.shape
+        ids, mask = input_ids.clone(), attention_mask.clone()
+        logprobs = torch.zeros(batch, prompt_len)
+        response_mask = torch.zeros(batch, prompt_len, dtype=torch.long)
+        done = torch.zeros(batch, dtype=torch.bool)
+        past = None
+        for _ in range(self.cfg.max_new_tokens):
+            # With a KV cache only the newest column is fed after the first step.
+            feed = ids if past is None else ids[:, -1:]
+            pos = position_ids_from_mask(mask)
+            out = self.model(
+                input_ids=feed,
+                attention_mask=mask,
+                position_ids=pos if past is None else pos[:, -1:],
+                past_key_values=past,
+                use_cache=True,
+            )
+            past = out.past_key_values
+            logp = F.log_softmax(out.logits[:, -1].float() / temperature, dim=-1)
+            if greedy:
+                token = logp.argmax(-1)
+            else:
+                token = torch.multinomial(logp.exp(), 1, generator=gen).squeeze(-1)
+            alive = ~done
+            token = torch.where(alive, token, torch.full_like(token, self.pad_token_id))
+            ids = torch.cat([ids, token[:, None]], dim=1)
+            mask = torch.cat([mask, alive.long()[:, None]], dim=1)
+            response_mask = torch.cat([response_mask, alive.long()[:, None]], dim=1)
+            picked = logp.gather(-1, token[:, None]).squeeze(-1) * alive
+            logprobs = torch.cat([logprobs, picked[:, None]], dim=1)
+            done = done | (alive & (token == self.eos_token_id))
+        return GenerationOutput(
+            output_ids=ids,
+            attention_mask=mask,
+            response_mask=response_mask,
+            logprobs=logprobs,
+            stopped=done,
+        )
+
+    @carries_trace
+    def update_weights(self, state_dict: dict[str, torch.Tensor]) -> int:
+        """Loads the policy's weights; returns the bytes received."""
+        size = num_bytes(state_dict)
+        with spanspec.span(
+            "rl.worker.update_weights",
+            **{"rl.weight_sync.num_bytes": size, "rl.worker.rank": self.rank},
+        ):
+            self.model.load_state_dict(state_dict)
+        return size

@@ -1,0 +1,18 @@
+"""spanspec: a declarative registry of OpenTelemetry spans and metrics, and a near-free runtime.
+
+    spec = spanspec.load("schemas/span_groups.yaml")
+    spanspec.activate(spec, groups="per_step")
+    with spanspec.span("rl.grpo.rollout", **{"rl.iteration": 3}):
+        ...
+
+Importing this package loads only the OpenTelemetry API, pydantic and PyYAML.
+"""
+
+from __future__ import annotations
+
+from spanspec.compile import Spec, load
+from spanspec.findings import Finding, SpecError
+from spanspec.runtime import activate, deactivate, span, traced
+
+__all__ = ["Finding", "Spec", "SpecError", "activate", "deactivate", "load", "span", "traced"]
+__version__ = "0.1.0"

@@ -1,0 +1,52 @@
+"""Findings: problems reported as data (id, level, message, location), never a traceback.
+
+Modelled on OpenTelemetry Weaver: every check collects findings instead of stopping at the first,
+and the CLI prints each as ``file:line:col: level: id: message``.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+__all__ = ["Finding", "Level", "SpecError", "did_you_mean"]
+
+Level = Literal["violation", "improvement", "information"]
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One problem found in a registry, config, source file or telemetry file."""
+
+    id: str
+    message: str
+    level: Level = "violation"
+    file: str = "<unknown>"
+    line: int = 0
+    col: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col}: {self.level}: {self.id}: {self.message}"
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+class SpecError(ValueError):
+    """Raised when a registry (or a group expression) is invalid; ``.findings`` lists every problem."""
+
+    def __init__(self, findings: Iterable[Finding]) -> None:
+        self.findings: tuple[Finding, ...] = tuple(findings)
+        super().__init__("\n".join(str(f) for f in self.findings) or "invalid spec")
+
+    @property
+    def violations(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.level == "violation")
+
+
+def did_you_mean(word: str, candidates: Iterable[str]) -> str:
+    """Return ``" (did you mean 'x'?)"`` for the closest candidate, or ``""`` when none is close."""
+    match = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    return f" (did you mean '{match[0]}'?)" if match else ""

@@ -1,0 +1,269 @@
+"""YAML -> validated schema, with errors that point at ``file:line:column`` of the bad value.
+
+The file is parsed once into a PyYAML node tree (which keeps positions), converted to plain data,
+and validated by pydantic. Every pydantic error is mapped back to the node it came from, so a
+finding names the file, the line of the bad value, the field, and what was expected.
+"""
+
+from __future__ import annotations
+
+import os
+import typing
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from spanspec.findings import Finding, SpecError, did_you_mean
+from spanspec.schema import Registry
+
+__all__ = ["Located", "load_registry", "parse_yaml", "validation_findings"]
+
+Loc = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class Located:
+    """Plain YAML data plus the positions of its nodes, for pointing findings at lines."""
+
+    path: str
+    data: Any
+    root: yaml.Node | None
+
+    def position(self, loc: Loc) -> tuple[int, int]:
+        """Return (line, column), 1-based, of the node at ``loc``, or of its deepest ancestor.
+
+        A location ending in a mapping key that does not exist (a missing field) points at the
+        mapping that should hold it.
+        """
+        node = self.root
+        if node is None:
+            return (1, 1)
+        best = node
+        for part in loc:
+            child = _child(node, part)
+            if child is None:
+                break
+            node, best = child, child
+        return (best.start_mark.line + 1, best.start_mark.column + 1)
+
+    def key_position(self, loc: Loc) -> tuple[int, int]:
+        """Return the position of the *key* at the end of ``loc`` (for unknown-key findings)."""
+        parent = self._node(loc[:-1])
+        if isinstance(parent, yaml.MappingNode):
+            for key, _ in parent.value:
+                if key.value == str(loc[-1]):
+                    return (key.start_mark.line + 1, key.start_mark.column + 1)
+        return self.position(loc)
+
+    def _node(self, loc: Loc) -> yaml.Node | None:
+        node = self.root
+        for part in loc:
+            node = _child(node, part) if node is not None else None
+        return node
+
+
+def _child(node: yaml.Node | None, part: str | int) -> yaml.Node | None:
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            if key.value == str(part):
+                return value
+    elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
+        if 0 <= part < len(node.value):
+            return node.value[part]
+    return None
+
+
+def parse_yaml(path: str | os.PathLike[str], text: str | None = None) -> Located:
+    """Parse a YAML file into data and node positions.
+
+    Raises:
+        SpecError: on a syntax error (with its line and column) or a duplicate mapping key.
+    """
+    name = str(path)
+    if text is None:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise SpecError(
+                [Finding("file.unreadable", f"cannot read file: {exc.strerror}", file=name)]
+            ) from None
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
+        problem = exc.problem or str(exc)
+        context = f" {exc.context}" if exc.context else ""
+        raise SpecError(
+            [
+                Finding(
+                    "yaml.syntax",
+                    f"invalid YAML: {problem}{context}",
+                    file=name,
+                    line=line,
+                    col=col,
+                )
+            ]
+        ) from None
+    except yaml.YAMLError as exc:
+        raise SpecError(
+            [Finding("yaml.syntax", f"invalid YAML: {exc}", file=name, line=1, col=1)]
+        ) from None
+    duplicates = list(_duplicate_keys(root))
+    if duplicates:
+        raise SpecError(
+            Finding(
+                "yaml.duplicate_key",
+                f"key '{key.value}' appears twice in the same mapping (the first is at line {first.start_mark.line + 1})",
+                file=name,
+                line=key.start_mark.line + 1,
+                col=key.start_mark.column + 1,
+            )
+            for key, first in duplicates
+        )
+    data = yaml.SafeLoader(text).get_single_data() if root is not None else None
+    return Located(name, data, root)
+
+
+def _duplicate_keys(node: yaml.Node | None) -> Iterator[tuple[yaml.Node, yaml.Node]]:
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[str, yaml.Node] = {}
+        for key, value in node.value:
+            if isinstance(key, yaml.ScalarNode):
+                if key.value in seen:
+                    yield key, seen[key.value]
+                else:
+                    seen[key.value] = key
+            yield from _duplicate_keys(value)
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            yield from _duplicate_keys(item)
+
+
+def validation_findings(
+    exc: ValidationError, located: Located, model: type[BaseModel], prefix: Loc = ()
+) -> list[Finding]:
+    """Turn a pydantic ``ValidationError`` into findings that point at the YAML line.
+
+    ``prefix`` is where ``model``'s data sits inside the file (``("telemetry",)`` for a config block).
+    """
+    findings = []
+    for error in exc.errors(include_url=False):
+        loc: Loc = prefix + tuple(error["loc"])
+        field = ".".join(str(p) for p in loc) or "<root>"
+        kind = error["type"]
+        if kind == "extra_forbidden":
+            known = _field_names(model, tuple(error["loc"])[:-1])
+            hint = did_you_mean(str(loc[-1]), known)
+            allowed = f"; expected one of: {', '.join(sorted(known))}" if known and not hint else ""
+            line, col = located.key_position(loc)
+            findings.append(
+                Finding(
+                    "schema.unknown_key",
+                    f"{field}: unknown key{hint}{allowed}",
+                    file=located.path,
+                    line=line,
+                    col=col,
+                )
+            )
+            continue
+        line, col = located.position(loc)
+        if kind == "missing":
+            message = f"{field}: required field is missing"
+        else:
+            got = error.get("input")
+            shown = "" if isinstance(got, dict | list) else f", got {got!r}"
+            message = f"{field}: {error['msg']}{shown}"
+        findings.append(Finding(f"schema.{kind}", message, file=located.path, line=line, col=col))
+    return findings
+
+
+def _field_names(model: type[BaseModel], loc: Loc) -> list[str]:
+    """The keys allowed at ``loc`` inside ``model`` (walking nested models, dicts and lists)."""
+    current: Any = model
+    for part in loc:
+        current = _inner_type(current, part)
+        if current is None:
+            return []
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return [f.alias or name for name, f in current.model_fields.items()]
+    return []
+
+
+def _inner_type(tp: Any, part: str | int) -> Any:
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        for name, field in tp.model_fields.items():
+            if part in (name, field.alias):
+                return _unwrap(field.annotation)
+        return None
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin is dict and len(args) == 2:
+        return _unwrap(args[1])
+    if origin is list and args:
+        return _unwrap(args[0])
+    return None
+
+
+def _unwrap(tp: Any) -> Any:
+    """Strip ``Annotated`` and ``X | None`` down to the one model-like type inside."""
+    while True:
+        origin = typing.get_origin(tp)
+        if origin is typing.Annotated:
+            tp = typing.get_args(tp)[0]
+            continue
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if (
+            origin in (typing.Union, getattr(__import__("types"), "UnionType", None))
+            and len(args) == 1
+        ):
+            tp = args[0]
+            continue
+        return tp
+
+
+def load_registry(
+    path: str | os.PathLike[str], text: str | None = None
+) -> tuple[Registry, Located]:
+    """Parse and validate a registry file.
+
+    Returns:
+        The validated :class:`Registry` and the located YAML (for cross-check findings).
+    Raises:
+        SpecError: listing every syntax and schema problem, each with its line.
+    """
+    located = parse_yaml(path, text)
+    if located.root is None:
+        raise SpecError(
+            [
+                Finding(
+                    "schema.empty",
+                    "the registry file is empty; expected a mapping with 'version', 'groups' and 'spans'",
+                    file=located.path,
+                    line=1,
+                    col=1,
+                )
+            ]
+        )
+    if not isinstance(located.data, dict):
+        kind = type(located.data).__name__
+        raise SpecError(
+            [
+                Finding(
+                    "schema.not_a_mapping",
+                    f"the registry must be a mapping of sections, got a {kind}",
+                    file=located.path,
+                    line=1,
+                    col=1,
+                )
+            ]
+        )
+    try:
+        registry = Registry.model_validate(located.data)
+    except ValidationError as exc:
+        raise SpecError(validation_findings(exc, located, Registry)) from None
+    return registry, located

@@ -1,0 +1,421 @@
+"""``span()`` and ``traced()``: the hot path.
+
+Decided once, at :func:`activate`: a dict maps every declared span name to either the shared
+no-op object (group off) or a prepared gate (group on). A call site costs one dict lookup when
+off, and touches OpenTelemetry only when on. The dict is replaced whole on (de)activation, so a
+call never sees half a configuration. Needs only ``opentelemetry-api``.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import numbers
+import os
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import Span, Status, StatusCode
+
+from spanspec.compile import AttributeDef, SpanEntry, Spec
+from spanspec.findings import Finding, SpecError
+
+__all__ = [
+    "DEFAULT_ENV_VAR",
+    "REDACTED",
+    "activate",
+    "active_spec",
+    "deactivate",
+    "enabled_groups",
+    "enabled_span_names",
+    "is_active",
+    "span",
+    "traced",
+]
+
+DEFAULT_ENV_VAR = "NEMO_RL_OTEL_SPAN_GROUPS"
+REDACTED = "[REDACTED]"
+_log = logging.getLogger("spanspec")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _NoOpSpan:
+    """The one object every disabled site returns: enter gives None, exit does nothing."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc_info: object) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return "<spanspec no-op span>"
+
+
+NOOP = _NoOpSpan()
+_UNDECLARED = object()
+
+
+class _Gate:
+    """An enabled span name, prepared: its tracer and per-attribute checks."""
+
+    __slots__ = ("attributes", "entry", "name", "strict", "tracer", "types")
+
+    def __init__(
+        self, name: str, entry: SpanEntry | None, tracer: trace.Tracer, strict: bool
+    ) -> None:
+        self.name = name
+        self.entry = entry
+        self.tracer = tracer
+        self.strict = strict
+        self.attributes: Mapping[str, AttributeDef] = entry.attributes if entry else {}
+        # Exact Python types accepted without the slower general check.
+        self.types = {
+            key: _FAST_TYPES.get(a.type, ()) if a.allowed is None and not a.sensitive else ()
+            for key, a in self.attributes.items()
+        }
+
+    def clean(self, attributes: dict[str, Any]) -> dict[str, Any]:
+        """Declared, well-typed attributes; sensitive values redacted; the rest dropped or raised."""
+        out = {}
+        types = self.types
+        for key, value in attributes.items():
+            fast = types.get(key)
+            if fast is None:
+                _problem(
+                    self,
+                    "span.undeclared_attribute",
+                    f"span '{self.name}': attribute '{key}' is not declared for it in the registry",
+                    key,
+                )
+                continue
+            if type(value) in fast:
+                out[key] = value
+                continue
+            decl = self.attributes[key]
+            value = _coerce(decl, value)
+            if value is _BAD:
+                _problem(
+                    self,
+                    "span.attribute_type",
+                    f"span '{self.name}': attribute '{key}' must be {_describe(decl)}, got {type(attributes[key]).__name__} {attributes[key]!r}",
+                    key,
+                )
+                continue
+            out[key] = REDACTED if decl.sensitive else value
+        return out
+
+
+_FAST_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "int": (int,),
+    "float": (float, int),
+    "bool": (bool,),
+}
+_BAD = object()
+
+
+def _coerce(decl: AttributeDef, value: Any) -> Any:
+    """Return ``value`` in its OpenTelemetry form if it fits ``decl``, else ``_BAD``."""
+    if decl.type.endswith("[]"):
+        if not isinstance(value, list | tuple):
+            return _BAD
+        items = [_coerce_scalar(decl.type[:-2], v) for v in value]
+        if any(v is _BAD for v in items):
+            return _BAD
+        value = tuple(items)
+    else:
+        value = _coerce_scalar(decl.type, value)
+    if value is not _BAD and not decl.accepts(list(value) if isinstance(value, tuple) else value):
+        return _BAD
+    return value
+
+
+def _coerce_scalar(kind: str, value: Any) -> Any:
+    # numpy and torch scalars are numbers.Integral / numbers.Real; bool is never a number here.
+    if isinstance(value, bool) or (
+        hasattr(value, "dtype") and str(getattr(value, "dtype", "")) == "bool"
+    ):
+        return bool(value) if kind == "bool" else _BAD
+    if kind == "int" and isinstance(value, numbers.Integral):
+        return int(value)
+    if kind == "float" and isinstance(value, numbers.Real):
+        return float(value)
+    if kind == "string" and isinstance(value, str):
+        return value
+    return _BAD
+
+
+def _describe(decl: AttributeDef) -> str:
+    text = f"a {decl.type}"
+    if decl.allowed is not None:
+        text += f" in {sorted(map(str, decl.allowed))}"
+    return text
+
+
+_warned: set[tuple[str, str]] = set()
+_warn_lock = threading.Lock()
+
+
+def _problem(gate: _Gate, finding_id: str, message: str, key: str = "") -> None:
+    """Strict: raise. Otherwise: warn once per (span, attribute)."""
+    if gate.strict:
+        raise SpecError([Finding(finding_id, message, file="<runtime>")])
+    with _warn_lock:
+        if (gate.name, key) in _warned:
+            return
+        _warned.add((gate.name, key))
+    _log.warning("%s (dropped; declare it in the registry)", message)
+
+
+class _LiveSpan:
+    """An enabled span: started as the current span on enter, always ended on exit."""
+
+    __slots__ = ("_attributes", "_gate", "_span", "_token")
+
+    def __init__(self, gate: _Gate, attributes: dict[str, Any]) -> None:
+        self._gate = gate
+        self._attributes = attributes
+
+    def start(self) -> Span:
+        """Start the span without making it current (for generators)."""
+        gate = self._gate
+        attrs = gate.clean(self._attributes) if self._attributes else None
+        return gate.tracer.start_span(gate.name, attributes=attrs)
+
+    def __enter__(self) -> Span:
+        span = self._span = self.start()
+        self._token = otel_context.attach(trace.set_span_in_context(span))
+        return span
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> bool:
+        span = self._span
+        if exc is not None:
+            _fail(span, exc)
+        span.end()
+        otel_context.detach(self._token)
+        return False
+
+
+def _fail(span: Span, exc: BaseException) -> None:
+    span.record_exception(exc)
+    span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+
+
+# -- the active configuration: replaced whole by activate()/deactivate() -------------------------
+
+_gates: dict[str, Any] = {}
+_default: Any = NOOP  # what an unknown name maps to: NOOP before activation, _UNDECLARED after
+_spec: Spec | None = None
+_groups: frozenset[str] = frozenset()
+_tracer: trace.Tracer | None = None
+_strict = False
+_undeclared_gates: dict[str, _Gate] = {}
+_lock = threading.Lock()
+
+
+def span(name: str, /, **attributes: Any) -> Any:
+    """Open the registry's span ``name`` as a context manager.
+
+    ``with span("rl.grpo.rollout", **{"rl.iteration": 3}) as s:`` gives the OpenTelemetry span,
+    or ``None`` when the span's group is off or spanspec is not active (then it costs one dict
+    lookup and returns a shared no-op object). An exception inside the block is recorded on the
+    span with error status and re-raised; the span is always ended.
+
+    Raises:
+        SpecError: only in strict mode, for an undeclared name or attribute, or a wrong type.
+    """
+    gate = _gates.get(name, _default)
+    if gate is NOOP:
+        return NOOP
+    if gate is _UNDECLARED:
+        gate = _undeclared(name)
+    return _LiveSpan(gate, attributes)
+
+
+def _undeclared(name: str) -> _Gate:
+    message = f"span '{name}' is not declared in the registry"
+    if _strict:
+        raise SpecError([Finding("span.undeclared", message, file="<runtime>")])
+    with _lock:
+        gate = _undeclared_gates.get(name)
+        if gate is None:
+            assert _tracer is not None
+            gate = _undeclared_gates[name] = _Gate(name, None, _tracer, strict=False)
+            _log.warning(
+                "%s; emitting it without attributes (declare it in %s)",
+                message,
+                _spec.source if _spec else "the registry",
+            )
+    return gate
+
+
+def traced(name: str, /, **attributes: Any) -> Callable[[F], F]:
+    """Decorate a function, coroutine function or generator function with ``span(name)``.
+
+    The gate is checked at each call, so activation after decoration takes effect. A coroutine's
+    span ends when the coroutine finishes (not when it is created); a generator's span covers
+    its whole iteration and is current only while the generator body runs.
+    """
+
+    def decorate(fn: F) -> F:
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def coroutine_wrapper(*args: Any, **kwargs: Any) -> Any:
+                with span(name, **attributes):
+                    return await fn(*args, **kwargs)
+
+            return coroutine_wrapper  # type: ignore[return-value]
+        if inspect.isgeneratorfunction(fn):
+
+            @functools.wraps(fn)
+            def generator_wrapper(*args: Any, **kwargs: Any) -> Any:
+                live = span(name, **attributes)
+                if live is NOOP:
+                    return (yield from fn(*args, **kwargs))
+                return (yield from _traced_generator(live.start(), fn(*args, **kwargs)))
+
+            return generator_wrapper  # type: ignore[return-value]
+        if inspect.isasyncgenfunction(fn):
+
+            @functools.wraps(fn)
+            async def async_generator_wrapper(*args: Any, **kwargs: Any) -> Any:
+                live = span(name, **attributes)
+                if live is NOOP:
+                    async for item in fn(*args, **kwargs):
+                        yield item
+                    return
+                otel_span = live.start()
+                try:
+                    async for item in fn(*args, **kwargs):
+                        yield item
+                except BaseException as exc:
+                    if not isinstance(exc, GeneratorExit):
+                        _fail(otel_span, exc)
+                    raise
+                finally:
+                    otel_span.end()
+
+            return async_generator_wrapper  # type: ignore[return-value]
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with span(name, **attributes):
+                return fn(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+def _traced_generator(otel_span: Span, gen: Any) -> Any:
+    """Drive ``gen`` with ``otel_span`` current only while its body runs; end the span at the end."""
+    to_send: Any = None
+    to_throw: BaseException | None = None
+    try:
+        while True:
+            token = otel_context.attach(trace.set_span_in_context(otel_span))
+            try:
+                value = gen.send(to_send) if to_throw is None else gen.throw(to_throw)
+            finally:
+                otel_context.detach(token)
+            to_throw = None
+            try:
+                to_send = yield value
+            except GeneratorExit:
+                gen.close()
+                raise
+            except BaseException as exc:
+                to_throw, to_send = exc, None
+    except StopIteration as stop:
+        return stop.value
+    except GeneratorExit:
+        raise
+    except BaseException as exc:
+        _fail(otel_span, exc)
+        raise
+    finally:
+        otel_span.end()
+
+
+def activate(
+    spec: Spec,
+    groups: str | None = "default",
+    tracer_provider: trace.TracerProvider | None = None,
+    strict: bool = False,
+    env_var: str | None = DEFAULT_ENV_VAR,
+) -> frozenset[str]:
+    """Switch on the spans of ``spec`` whose group ``groups`` enables; return the enabled groups.
+
+    A non-empty ``$NEMO_RL_OTEL_SPAN_GROUPS`` (``env_var``) overrides ``groups``. Spans go to
+    ``tracer_provider``, or to the global OpenTelemetry provider when None.
+
+    Raises:
+        SpecError: for an unknown group or preset; nothing changes then.
+    """
+    global _gates, _default, _spec, _groups, _tracer, _strict
+    override = os.environ.get(env_var, "").strip() if env_var else ""
+    expression = override or groups
+    try:
+        enabled = spec.resolve(expression)
+    except SpecError as exc:
+        where = f"${env_var}" if override else "groups"
+        raise SpecError(
+            [
+                Finding(f.id, f"{where}={expression!r}: {f.message}", f.level, f.file)
+                for f in exc.findings
+            ]
+        ) from None
+    provider = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
+    tracer = provider.get_tracer("spanspec", schema_url=None)
+    gates = {
+        name: _Gate(name, entry, tracer, strict) if entry.group in enabled else NOOP
+        for name, entry in spec.spans.items()
+    }
+    with _lock:
+        _undeclared_gates.clear()
+        _spec, _groups, _tracer, _strict = spec, enabled, tracer, strict
+        _gates = gates
+        _default = _UNDECLARED
+    return enabled
+
+
+def deactivate() -> None:
+    """Put every site back to the shared no-op and forget the active spec and warnings."""
+    global _gates, _default, _spec, _groups, _tracer, _strict
+    with _lock:
+        _default = NOOP
+        _gates = {}
+        _spec, _groups, _tracer, _strict = None, frozenset(), None, False
+        _undeclared_gates.clear()
+    with _warn_lock:
+        _warned.clear()
+
+
+def is_active() -> bool:
+    """Whether :func:`activate` is in force."""
+    return _spec is not None
+
+
+def active_spec() -> Spec | None:
+    """The spec passed to :func:`activate`, or None."""
+    return _spec
+
+
+def enabled_groups() -> frozenset[str]:
+    """Groups switched on by the last :func:`activate` (empty when inactive)."""
+    return _groups
+
+
+def enabled_span_names() -> frozenset[str]:
+    """Declared span names that currently emit."""
+    return frozenset(name for name, gate in _gates.items() if gate is not NOOP)
