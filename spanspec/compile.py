@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from spanspec.findings import Finding, SpecError, did_you_mean
 
 if TYPE_CHECKING:  # pydantic and PyYAML load only when a registry file is read
-    from spanspec.load import Located
+    from spanspec.loader import Located
     from spanspec.schema import Registry
 
 ALGORITHM_PLACEHOLDER = "{algorithm}"
@@ -134,12 +134,13 @@ class Spec:
             elif name in self.presets:
                 members = {g: f"preset {via}" for g, via in self._expand_preset(name).items()}
             else:
-                valid = sorted([*self.presets, *self.groups])
+                valid = [*self.presets, *self.groups]
                 findings.append(
                     Finding(
                         "groups.unknown",
                         f"unknown group or preset '{name}'{did_you_mean(name, valid)}; "
-                        f"valid: {', '.join(valid)}",
+                        f"valid presets: {', '.join(sorted(self.presets))}; "
+                        f"groups: {', '.join(sorted(self.groups))}",
                         file="<group expression>",
                     )
                 )
@@ -187,7 +188,7 @@ def load(path: str | os.PathLike[str] | None = None) -> Spec:
     Raises:
         SpecError: listing every problem in the file, each with file, line and column.
     """
-    from spanspec.load import load_registry
+    from spanspec.loader import load_registry
 
     path = default_registry_path() if path is None else path
     registry, located = load_registry(path)
@@ -209,7 +210,7 @@ def compile_registry(registry: Registry, located: Located | None = None) -> Spec
         SpecError: with every violation found (improvements alone do not raise).
     """
     if located is None:
-        from spanspec.load import Located
+        from spanspec.loader import Located
 
         located = Located("<registry>", None, None)
     findings: list[Finding] = []

@@ -99,10 +99,10 @@ class TorchGeneration(GenerationInterface):
                 input_ids=feed,
                 attention_mask=mask,
                 position_ids=pos if past is None else pos[:, -1:],
-                past_key_values=past,
+                cache=past,
                 use_cache=True,
             )
-            past = out.past_key_values
+            past = out.cache
             logp = F.log_softmax(out.logits[:, -1].float() / temperature, dim=-1)
             if greedy:
                 token = logp.argmax(-1)

@@ -1,0 +1,157 @@
+"""Cost of an empty ``with`` block: spanspec against the floor, the raw SDK and today's pattern.
+
+    python bench/bench_spanspec.py            # ~20 s; prints a table of ns per block and ratios
+
+Every case runs interleaved in the same process, best of several rounds, so the ratios hold on a
+shared, noisy machine even when the absolute numbers move. Targets: disabled <= 1.5x the floor,
+enabled <= 1.10x the raw SDK, activation of the whole registry < 50 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+import timeit
+from collections.abc import Callable
+from contextlib import contextmanager
+
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+import spanspec
+
+NAME = "rl.grpo.rollout"
+
+
+class _Floor:
+    """The cheapest context manager one can write by hand."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+class _DroppingExporter(SpanExporter):
+    def export(self, spans: object) -> SpanExportResult:
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        pass
+
+
+_ENABLED_GROUPS = frozenset({"rollout"})
+
+
+@contextmanager
+def _frozenset_gate(group: str):
+    """The pattern of today's NeMo tooling: a generator context manager checking a set."""
+    if group in _ENABLED_GROUPS:
+        yield
+    else:
+        yield
+
+
+def _ns_per_block(body: Callable[[], None], number: int, rounds: int) -> float:
+    return min(timeit.repeat(body, number=number, repeat=rounds)) / number * 1e9
+
+
+def _import_cost(runs: int) -> tuple[float, float]:
+    """Median wall ms of ``python -c 'import spanspec'`` and of ``python -c pass``."""
+
+    def median(code: str) -> float:
+        times = []
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-c", code], check=True)
+            times.append((time.perf_counter() - t0) * 1e3)
+        return sorted(times)[len(times) // 2]
+
+    return median("import spanspec"), median("pass")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--number", type=int, default=200_000, help="blocks per timing")
+    parser.add_argument("--rounds", type=int, default=7, help="timings per case (best is kept)")
+    args = parser.parse_args(argv)
+
+    spec = spanspec.load()
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(_DroppingExporter(), max_queue_size=2048))
+    tracer = provider.get_tracer("bench")
+    floor = _Floor
+
+    def run_floor() -> None:
+        with floor():
+            pass
+
+    def run_spanspec() -> None:
+        with spanspec.span(NAME):
+            pass
+
+    def run_raw_sdk() -> None:
+        with tracer.start_as_current_span(NAME):
+            pass
+
+    def run_gate() -> None:
+        with _frozenset_gate("rollout"):
+            pass
+
+    def configure(mode: str) -> None:
+        spanspec.deactivate()
+        if mode == "off":
+            spanspec.activate(spec, groups="default", tracer_provider=provider, env_var=None)
+        elif mode == "on":
+            spanspec.activate(spec, groups="rollout", tracer_provider=provider, env_var=None)
+
+    cases: list[tuple[str, str, Callable[[], None], int]] = [
+        ("hand-written context manager (floor)", "none", run_floor, args.number),
+        ("spanspec.span, not activated", "none", run_spanspec, args.number),
+        ("spanspec.span, activated, group off", "off", run_spanspec, args.number),
+        ("@contextmanager + frozenset gate", "none", run_gate, args.number),
+        ("spanspec.span, on (SDK, batch, dropping)", "on", run_spanspec, args.number // 10),
+        ("raw SDK start_as_current_span", "none", run_raw_sdk, args.number // 10),
+    ]
+    best = {label: float("inf") for label, *_ in cases}
+    for _ in range(args.rounds):  # interleave cases so machine noise hits all of them alike
+        for label, mode, body, number in cases:
+            configure(mode)
+            best[label] = min(best[label], _ns_per_block(body, number, 1))
+    spanspec.deactivate()
+
+    t0 = time.perf_counter()
+    for _ in range(20):
+        spanspec.activate(spec, groups="all", tracer_provider=provider, env_var=None)
+    activation_ms = (time.perf_counter() - t0) / 20 * 1e3
+    spanspec.deactivate()
+    t0 = time.perf_counter()
+    spanspec.load()
+    load_ms = (time.perf_counter() - t0) * 1e3
+    import_ms, python_ms = _import_cost(runs=7)
+    provider.shutdown()
+
+    floor_ns, sdk_ns = best[cases[0][0]], best[cases[-1][0]]
+    print(f"\n{'case':44} {'ns/block':>9} {'x floor':>8} {'x raw SDK':>10}")
+    print("-" * 74)
+    for label, *_ in cases:
+        ns = best[label]
+        print(f"{label:44} {ns:9.0f} {ns / floor_ns:8.2f} {ns / sdk_ns:10.2f}")
+    print("-" * 74)
+    disabled = max(best[cases[1][0]], best[cases[2][0]]) / floor_ns
+    enabled = best[cases[4][0]] / sdk_ns
+    print(f"disabled / floor      {disabled:6.2f}   (target <= 1.50) {'ok' if disabled <= 1.5 else 'MISSED'}")
+    print(f"enabled / raw SDK     {enabled:6.2f}   (target <= 1.10) {'ok' if enabled <= 1.10 else 'MISSED'}")
+    print(f"activate(all)         {activation_ms:6.2f} ms (target < 50) {'ok' if activation_ms < 50 else 'MISSED'}")
+    print(f"load registry         {load_ms:6.1f} ms ({len(spec.spans)} spans)")
+    print(f"import spanspec       {import_ms - python_ms:6.1f} ms over bare python ({python_ms:.0f} ms)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,244 @@
+"""spanspec.runtime: the gate, attributes, errors, traced(), activation and the env override."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+
+import spanspec
+from spanspec import runtime
+from spanspec.testing import capture
+
+ROLLOUT = "rl.grpo.rollout"
+
+
+@pytest.fixture(scope="module")
+def spec() -> spanspec.Spec:
+    return spanspec.load()
+
+
+@pytest.fixture(autouse=True)
+def _clean(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv("NEMO_RL_OTEL_SPAN_GROUPS", raising=False)
+    yield
+    spanspec.deactivate()
+
+
+def test_before_activate_every_site_is_the_shared_noop():
+    first = spanspec.span(ROLLOUT, **{"rl.iteration": 1})
+    second = spanspec.span("not.declared.anywhere")
+    assert first is second is runtime.NOOP
+    with first as s:
+        assert s is None
+    assert not runtime.is_active()
+
+
+def test_group_off_returns_noop_and_emits_nothing(spec):
+    with capture(spec, groups="default") as spans:
+        assert spanspec.span(ROLLOUT) is runtime.NOOP
+        with spanspec.span(ROLLOUT) as s:
+            assert s is None
+        with spanspec.span("rl.grpo.checkpoint", **{"rl.iteration": 0}):
+            pass
+    assert spans.names() == ["rl.grpo.checkpoint"]
+
+
+def test_enabled_span_is_current_with_declared_attributes_and_parent(spec):
+    with capture(spec, groups="per_step") as spans:
+        with spanspec.span("rl.grpo.step", **{"rl.iteration": 3}) as step:
+            assert trace.get_current_span() is step
+            with spanspec.span(ROLLOUT, **{"rl.iteration": 3, "rl.num_generations_per_prompt": 8}):
+                pass
+        assert trace.get_current_span() is trace.INVALID_SPAN
+    rollout, root = spans.one(ROLLOUT), spans.one("rl.grpo.step")
+    assert dict(rollout.attributes) == {"rl.iteration": 3, "rl.num_generations_per_prompt": 8}
+    assert rollout.parent.span_id == root.context.span_id
+    assert rollout.context.trace_id == root.context.trace_id
+    assert root.parent is None
+
+
+def test_exception_is_recorded_with_error_status_and_reraised(spec):
+    with capture(spec, groups="all") as spans:
+        with pytest.raises(ZeroDivisionError):
+            with spanspec.span(ROLLOUT, **{"rl.iteration": 0}):
+                1 / 0  # noqa: B018
+    failed = spans.one(ROLLOUT)
+    assert failed.status.status_code is StatusCode.ERROR
+    assert "ZeroDivisionError" in failed.status.description
+    assert [e.name for e in failed.events] == ["exception"]
+    assert failed.end_time is not None
+
+
+def test_strict_rejects_undeclared_name_attribute_and_type(spec):
+    with capture(spec, groups="all", strict=True):
+        with pytest.raises(spanspec.SpecError, match="span 'rl.grpo.nope' is not declared"):
+            spanspec.span("rl.grpo.nope")
+        with pytest.raises(spanspec.SpecError, match="attribute 'rl.colour' is not declared"):
+            with spanspec.span(ROLLOUT, **{"rl.colour": "red"}):
+                pass
+        with pytest.raises(spanspec.SpecError, match="must be a int, got str '3'"):
+            with spanspec.span(ROLLOUT, **{"rl.iteration": "3"}):
+                pass
+
+
+def test_lenient_mode_warns_once_drops_bad_attributes_and_still_emits(spec, caplog):
+    caplog.set_level(logging.WARNING, logger="spanspec")
+    with capture(spec, groups="all", strict=False) as spans:
+        for _ in range(3):
+            with spanspec.span(ROLLOUT, **{"rl.iteration": "x", "rl.colour": 1, "rl.batch_size": 4}):
+                pass
+            with spanspec.span("my.custom.span", **{"a": 1}):
+                pass
+    assert spans.names().count(ROLLOUT) == 3
+    assert all(dict(s.attributes) == {"rl.batch_size": 4} for s in spans.named(ROLLOUT))
+    assert [dict(s.attributes) for s in spans.named("my.custom.span")] == [{}, {}, {}]
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("'rl.colour' is not declared" in m for m in messages) == 1
+    assert sum("'rl.iteration' must be a int" in m for m in messages) == 1
+    assert sum("span 'my.custom.span' is not declared" in m for m in messages) == 1
+
+
+def test_sensitive_attribute_is_redacted_and_allowed_values_enforced(spec):
+    with capture(spec, groups="all", strict=True) as spans:
+        with spanspec.span("rl.grpo.job", **{"rl.algorithm": "grpo", "enduser.id": "alice"}):
+            pass
+        with pytest.raises(spanspec.SpecError, match="rl.algorithm"):
+            with spanspec.span("rl.grpo.job", **{"rl.algorithm": "sac"}):
+                pass
+        with spanspec.span("rl.vllm.generate_text", **{"gen_ai.system": "vllm", "gen_ai.prompt": ["2+2="]}):
+            pass
+    assert dict(spans.one("rl.grpo.job").attributes) == {"rl.algorithm": "grpo", "enduser.id": "[REDACTED]"}
+    assert spans.one("rl.vllm.generate_text").attributes["gen_ai.prompt"] == "[REDACTED]"
+
+
+def test_numeric_types_are_coerced_but_bool_is_not_an_int(spec):
+    np = pytest.importorskip("numpy")
+    with capture(spec, groups="all", strict=True) as spans:
+        with spanspec.span(ROLLOUT, **{"rl.iteration": np.int64(4)}):
+            pass
+        with spanspec.span("rl.grpo.reward", **{"rl.iteration": 1, "rl.reward.mean": 1}):
+            pass
+        with pytest.raises(spanspec.SpecError):
+            with spanspec.span(ROLLOUT, **{"rl.iteration": True}):
+                pass
+    assert spans.one(ROLLOUT).attributes["rl.iteration"] == 4
+    assert type(spans.one(ROLLOUT).attributes["rl.iteration"]) is int
+    assert spans.one("rl.grpo.reward").attributes["rl.reward.mean"] == 1
+
+
+def test_traced_checks_the_gate_at_call_time(spec):
+    @spanspec.traced(ROLLOUT, **{"rl.iteration": 7})
+    def work(x: int) -> int:
+        return x * 2
+
+    assert work(2) == 4  # inactive: runs untraced
+    assert work.__name__ == "work"
+    with capture(spec, groups="all") as spans:
+        assert work(3) == 6
+    assert spans.one(ROLLOUT).attributes["rl.iteration"] == 7
+
+
+def test_traced_coroutine_span_covers_the_await_not_the_creation(spec):
+    @spanspec.traced(ROLLOUT, **{"rl.iteration": 0})
+    async def slow() -> str:
+        await asyncio.sleep(0.05)
+        return "done"
+
+    with capture(spec, groups="all") as spans:
+        coro = slow()
+        assert spans.names() == []  # created, not yet run
+        assert asyncio.run(coro) == "done"
+    (done,) = spans.named(ROLLOUT)
+    assert (done.end_time - done.start_time) / 1e9 >= 0.045
+
+
+def test_traced_generator_spans_whole_iteration_and_is_current_only_inside(spec):
+    seen = []
+
+    @spanspec.traced(ROLLOUT, **{"rl.iteration": 0})
+    def numbers(n: int):
+        for i in range(n):
+            seen.append(trace.get_current_span().get_span_context().span_id)
+            yield i
+        return "end"
+
+    with capture(spec, groups="all") as spans:
+        gen = numbers(3)
+        assert next(gen) == 0
+        # Between items the caller's context is its own, not the generator's span.
+        assert trace.get_current_span() is trace.INVALID_SPAN
+        assert list(gen) == [1, 2]
+    (whole,) = spans.named(ROLLOUT)
+    assert set(seen) == {whole.context.span_id}
+
+
+def test_traced_generator_error_and_early_close(spec):
+    @spanspec.traced(ROLLOUT, **{"rl.iteration": 0})
+    def broken():
+        yield 1
+        raise ValueError("bad item")
+
+    @spanspec.traced("rl.grpo.reward", **{"rl.iteration": 0})
+    def endless():
+        while True:
+            yield 1
+
+    with capture(spec, groups="all") as spans:
+        with pytest.raises(ValueError):
+            list(broken())
+        gen = endless()
+        next(gen)
+        gen.close()
+    assert spans.one(ROLLOUT).status.status_code is StatusCode.ERROR
+    assert spans.one("rl.grpo.reward").status.status_code is StatusCode.UNSET
+
+
+def test_traced_async_generator(spec):
+    @spanspec.traced(ROLLOUT, **{"rl.iteration": 0})
+    async def agen():
+        for i in range(2):
+            await asyncio.sleep(0)
+            yield i
+
+    async def consume():
+        return [i async for i in agen()]
+
+    with capture(spec, groups="all") as spans:
+        assert asyncio.run(consume()) == [0, 1]
+    assert spans.names() == [ROLLOUT]
+
+
+def test_env_var_overrides_groups_and_bad_expression_changes_nothing(spec, monkeypatch):
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    monkeypatch.setenv("NEMO_RL_OTEL_SPAN_GROUPS", "rollout")
+    assert spanspec.activate(spec, groups="all", tracer_provider=provider) == {"rollout"}
+    assert runtime.enabled_span_names() == spec.enabled_spans("rollout")
+    monkeypatch.setenv("NEMO_RL_OTEL_SPAN_GROUPS", "per_stp")
+    with pytest.raises(spanspec.SpecError, match=r"\$NEMO_RL_OTEL_SPAN_GROUPS='per_stp'.*did you mean 'per_step'"):
+        spanspec.activate(spec, groups="all", tracer_provider=provider)
+    assert runtime.enabled_groups() == {"rollout"}  # the failed activation left the old one
+    monkeypatch.setenv("OTHER_VAR", "checkpoint")
+    assert spanspec.activate(spec, groups="all", tracer_provider=provider, env_var="OTHER_VAR") == {"checkpoint"}
+
+
+def test_deactivate_returns_every_site_to_noop(spec):
+    with capture(spec, groups="all"):
+        assert spanspec.span(ROLLOUT) is not runtime.NOOP
+    assert spanspec.span(ROLLOUT) is runtime.NOOP
+    assert runtime.active_spec() is None
+
+
+def test_span_uses_global_provider_when_none_given(spec):
+    # The API's proxy provider without an SDK: spans are non-recording but the API works.
+    spanspec.activate(spec, groups="all")
+    with spanspec.span(ROLLOUT, **{"rl.iteration": 0}) as s:
+        assert not s.is_recording()
