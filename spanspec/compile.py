@@ -133,13 +133,15 @@ class Spec:
                 members = {name: "group"}
             elif name in self.presets:
                 members = {g: f"preset {via}" for g, via in self._expand_preset(name).items()}
+            elif name == "all":  # implicit when a registry does not declare it
+                members = dict.fromkeys(self.groups, "preset all")
             else:
-                valid = [*self.presets, *self.groups]
+                valid = [*{*self.presets, "all"}, *self.groups]
                 findings.append(
                     Finding(
                         "groups.unknown",
                         f"unknown group or preset '{name}'{did_you_mean(name, valid)}; "
-                        f"valid presets: {', '.join(sorted(self.presets))}; "
+                        f"valid presets: {', '.join(sorted({*self.presets, 'all'}))}; "
                         f"groups: {', '.join(sorted(self.groups))}",
                         file="<group expression>",
                     )
