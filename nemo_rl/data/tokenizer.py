@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 __all__ = ["CharTokenizer"]
 
 _SPECIALS = ("<pad>", "<bos>", "<eos>")
-_ARITHMETIC_CHARS = "0123456789+-*="
+_ARITHMETIC_CHARS = "0123456789+="
 
 
 class CharTokenizer:

@@ -2,11 +2,12 @@
 
 from nemo_rl.distributed.ray_cluster import in_ray_actor, init_ray, spawn_actor, telemetry_env_vars
 from nemo_rl.distributed.trace_context import call, carries_trace
-from nemo_rl.distributed.worker import init_worker
+from nemo_rl.distributed.worker import close_worker, init_worker
 
 __all__ = [
     "call",
     "carries_trace",
+    "close_worker",
     "in_ray_actor",
     "init_ray",
     "init_worker",

@@ -1,4 +1,4 @@
-"""What every worker actor does first: set its torch threads and start its telemetry."""
+"""What every worker actor does first and last: start and flush its telemetry."""
 
 from __future__ import annotations
 
@@ -7,21 +7,26 @@ import os
 import torch
 
 from nemo_rl.distributed.ray_cluster import in_ray_actor
+from nemo_rl.telemetry import init_telemetry_worker, shutdown_telemetry
 
-__all__ = ["init_worker"]
+__all__ = ["close_worker", "init_worker"]
 
 
 def init_worker(rank: int, world_size: int, group: str) -> None:
     """Prepares this process as worker ``rank`` of ``world_size`` in ``group``; returns nothing.
 
-    Inside a Ray actor it starts the worker's telemetry (which decides from the export strategy
-    whether this rank exports) and limits torch to the threads Ray gave it. Outside an actor (a
-    unit test using the class in-process) it does nothing, so the caller's telemetry is untouched.
+    Inside a Ray actor it limits torch to the threads Ray gave it and starts the worker's
+    telemetry from the env the driver wrote (the export strategy decides whether this rank
+    exports). Outside an actor (a class used in-process by a test) it does nothing, so the
+    caller's telemetry is left alone.
     """
     if not in_ray_actor():
         return
-    threads = int(os.environ.get("OMP_NUM_THREADS", "1") or 1)
-    torch.set_num_threads(max(1, threads))
-    from nemo_rl.telemetry import init_telemetry_worker
-
+    torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS") or 1)))
     init_telemetry_worker(rank=rank, world_size=world_size, worker_group=group)
+
+
+def close_worker() -> None:
+    """Flushes and stops this actor's telemetry (bounded; never raises). Does nothing in-process."""
+    if in_ray_actor():
+        shutdown_telemetry()

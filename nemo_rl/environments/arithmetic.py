@@ -1,8 +1,14 @@
-"""A verifiable arithmetic task: prompts like ``12+7=``, answers like ``19``.
+"""A verifiable arithmetic task: prompts like ``42+7=``, answers like ``49``.
+
+The default problems add a number below 100 and a digit *without carries*: the answer's tens
+digit is the first operand's, and its ones digit is the sum of the two ones digits. Every answer
+digit follows a rule shared by many problems, so the held-out split (operand pairs never trained
+on) measures whether the policy learned addition, not whether it memorised prompts.
 
 The reward is 1.0 for the exact answer followed by end-of-sequence. Wrong answers earn shaped
-partial credit (a leading number, the right number of digits, digits in the right places, a clean
-stop), so even a random policy scores above zero and GRPO has a gradient from the first step.
+partial credit (starting with a number, the right number of digits, each digit in its right
+place, a clean stop), so even a random policy scores above zero and GRPO has a gradient from the
+first step.
 """
 
 from __future__ import annotations
@@ -13,11 +19,12 @@ from dataclasses import dataclass
 
 __all__ = ["ArithmeticEnvironment", "Problem", "make_problems", "score"]
 
-# Shaping weights; their sum stays well below 1.0 so the exact answer is always the best response.
+# Shaping weights; a wrong answer earns at most 0.6, so the exact answer is always the best one.
 _HAS_NUMBER = 0.1
 _RIGHT_LENGTH = 0.1
 _DIGITS = 0.3
 _CLEAN_STOP = 0.1
+_MAX_PARTIAL = 0.6
 
 
 @dataclass(frozen=True)
@@ -29,24 +36,24 @@ class Problem:
 
 
 def make_problems(
-    seed: int, max_operand: int = 9, ops: str = "+", val_fraction: float = 0.2
+    seed: int,
+    max_first: int = 99,
+    max_second: int = 9,
+    carry: bool = False,
+    val_fraction: float = 0.2,
 ) -> tuple[list[Problem], list[Problem]]:
-    """Returns ``(train, validation)``: every ``a<op>b=`` with operands in ``[0, max_operand]``,
-    shuffled by ``seed`` and split so no validation prompt is ever trained on.
+    """Returns ``(train, validation)`` problems ``a+b=`` with ``a <= max_first``, ``b <= max_second``.
 
-    Raises ``ValueError`` for an unknown operator or a split that leaves either side empty.
+    With ``carry=False`` only sums whose digits never carry are kept. The problems are shuffled
+    by ``seed`` and split so no validation prompt is ever trained on. Raises ``ValueError`` for a
+    split that leaves either side empty.
     """
-    unknown = set(ops) - set("+-*")
-    if unknown:
-        raise ValueError(f"unknown operators {sorted(unknown)}; use any of '+-*'")
     problems = []
-    for op in ops:
-        for a in range(max_operand + 1):
-            for b in range(max_operand + 1):
-                if op == "-" and b > a:
-                    continue  # keep answers non-negative: the alphabet has no sign for responses
-                value = {"+": a + b, "-": a - b, "*": a * b}[op]
-                problems.append(Problem(f"{a}{op}{b}=", str(value)))
+    for a in range(max_first + 1):
+        for b in range(max_second + 1):
+            if not carry and _carries(a, b):
+                continue
+            problems.append(Problem(f"{a}+{b}=", str(a + b)))
     random.Random(seed).shuffle(problems)
     n_val = round(len(problems) * val_fraction)
     if n_val < 1 or n_val >= len(problems):
@@ -54,11 +61,21 @@ def make_problems(
     return problems[n_val:], problems[:n_val]
 
 
+def _carries(a: int, b: int) -> bool:
+    while a or b:
+        if a % 10 + b % 10 > 9:
+            return True
+        a, b = a // 10, b // 10
+    return False
+
+
 def score(response: str, answer: str, stopped: bool) -> float:
     """Returns the reward of ``response`` (decoded up to eos) for ``answer``.
 
     ``stopped`` says whether the response ended with eos (rather than running out of tokens).
-    1.0 for the exact answer with a clean stop; otherwise partial credit below 0.6.
+    1.0 for the exact answer with a clean stop; otherwise partial credit of at most 0.6. Digits
+    are compared right-aligned, so the ones digit is judged against the ones digit whatever the
+    response's length.
     """
     if stopped and response == answer:
         return 1.0
@@ -72,12 +89,11 @@ def score(response: str, answer: str, stopped: bool) -> float:
     reward = _HAS_NUMBER
     if len(digits) == len(answer):
         reward += _RIGHT_LENGTH
-    # Right-aligned so the ones digit is compared with the ones digit whatever the length.
     matches = sum(d == a for d, a in zip(reversed(digits), reversed(answer), strict=False))
     reward += _DIGITS * matches / len(answer)
     if stopped and digits == response:
         reward += _CLEAN_STOP
-    return min(reward, 0.6)
+    return min(reward, _MAX_PARTIAL)
 
 
 class ArithmeticEnvironment:

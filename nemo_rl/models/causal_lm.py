@@ -15,8 +15,6 @@ class ModelConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = "tiny-llama"
-    """Name reported in spans and metrics."""
     hidden_size: int = 128
     """Width of the residual stream."""
     intermediate_size: int = 384

@@ -6,7 +6,7 @@ import spanspec
 import torch
 import torch.nn.functional as F
 
-from nemo_rl.distributed import carries_trace, init_worker
+from nemo_rl.distributed import carries_trace, close_worker, init_worker
 from nemo_rl.models.causal_lm import ModelConfig, build_causal_lm, position_ids_from_mask
 from nemo_rl.models.generation.interface import (
     GenerationConfig,
@@ -28,6 +28,7 @@ class TorchGeneration(GenerationInterface):
     def __init__(
         self,
         model_cfg: ModelConfig,
+        model_name: str,
         gen_cfg: GenerationConfig,
         vocab_size: int,
         eos_token_id: int,
@@ -37,7 +38,7 @@ class TorchGeneration(GenerationInterface):
         world_size: int = 1,
     ) -> None:
         init_worker(rank, world_size, "generation")
-        self.model_cfg = model_cfg
+        self.model_name = model_name
         self.cfg = gen_cfg
         self.eos_token_id = eos_token_id
         self.pad_token_id = pad_token_id
@@ -61,7 +62,7 @@ class TorchGeneration(GenerationInterface):
             **{
                 "gen_ai.system": "torch",
                 "gen_ai.operation.name": "text_completion",
-                "gen_ai.request.model": self.model_cfg.name,
+                "gen_ai.request.model": self.model_name,
                 "gen_ai.request.max_tokens": n_new,
                 "gen_ai.request.temperature": float(temperature),
                 "gen_ai.usage.input_tokens": int(attention_mask.sum()),
@@ -134,3 +135,7 @@ class TorchGeneration(GenerationInterface):
         ):
             self.model.load_state_dict(state_dict)
         return size
+
+    def close(self) -> None:
+        """Flushes this worker's telemetry; call before the actor is killed."""
+        close_worker()

@@ -10,7 +10,7 @@ import spanspec
 import torch
 
 from nemo_rl.algorithms.loss_functions import ClippedPGLossConfig, clipped_pg_loss
-from nemo_rl.distributed import carries_trace, init_worker
+from nemo_rl.distributed import carries_trace, close_worker, init_worker
 from nemo_rl.models.causal_lm import ModelConfig, build_causal_lm, token_logprobs
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -22,6 +22,8 @@ class PolicyConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    model_name: str = "tiny-llama"
+    """Name reported in spans and metrics (``rl.model``, ``gen_ai.request.model``)."""
     model: ModelConfig = Field(default_factory=ModelConfig)
     """Shape of the tiny Llama."""
     lr: float = 3e-3
@@ -38,6 +40,8 @@ class PolicyConfig(BaseModel):
     """Sequences per forward/backward; gradients accumulate over micro-batches."""
     logprob_batch_size: int = 128
     """Sequences per forward when scoring log-probs."""
+    train_passes: int = 2
+    """Passes over each step's batch (PPO-style epochs); the ratio clip keeps later passes safe."""
     loss: ClippedPGLossConfig = Field(default_factory=ClippedPGLossConfig)
     """Coefficients of the clipped policy-gradient loss."""
 
@@ -71,7 +75,7 @@ class PolicyWorker:
 
     @carries_trace
     def train(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
-        """Runs one pass over ``batch`` in optimiser steps of ``train_global_batch_size``.
+        """Runs ``train_passes`` passes over ``batch`` in optimiser steps of ``train_global_batch_size``.
 
         ``batch`` holds ``input_ids``, ``attention_mask``, ``response_mask``, ``advantages``,
         ``prev_logprobs`` and ``ref_logprobs``. Returns the token-mean ``loss``, ``pg_loss``,
@@ -87,7 +91,8 @@ class PolicyWorker:
         totals = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clipped": 0.0, "tokens": 0.0}
         grad_norms, lrs = [], []
         micro = 0
-        for start in range(0, size, gbs):
+        starts = [s for _ in range(self.cfg.train_passes) for s in range(0, size, gbs)]
+        for start in starts:
             mini = {k: v[start : start + gbs] for k, v in batch.items()}
             # Token-mean over the whole mini-batch, so the micro-batch split does not change it.
             n_tokens = float(mini["response_mask"].sum().clamp(min=1))
@@ -194,3 +199,7 @@ class PolicyWorker:
         """Writes the policy as a Hugging Face folder (config + safetensors) for vLLM; returns ``path``."""
         self.model.save_pretrained(path)
         return path
+
+    def close(self) -> None:
+        """Flushes this worker's telemetry; call before the actor is killed."""
+        close_worker()

@@ -1,0 +1,362 @@
+"""Telemetry of one RL job: the driver starts it before Ray, every worker from the env it inherits.
+
+- :func:`init_telemetry_driver` (once, on the driver, before Ray starts) validates the
+  ``telemetry:`` block, resolves the settings (env over YAML over defaults), fixes the job's
+  ``run_id``, writes the settings to ``NEMO_RL_OTEL_*`` (never over a variable already set) and
+  the job's resource attributes to ``OTEL_RESOURCE_ATTRIBUTES``, builds the exporters, activates
+  spanspec and binds the registry's metrics. Configuration errors are raised here, before any
+  work starts.
+- :func:`init_telemetry_worker` does the same in a worker from the inherited env; the export
+  strategy decides whether this rank exports. A rank that does not creates no spans, but trace
+  context still passes through it (:mod:`spanspec.propagate` needs no SDK).
+- :func:`shutdown_telemetry` ends open spans, flushes within a bounded time and reports losses.
+
+Both init functions are idempotent; nothing after init raises into training.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, unquote
+
+import spanspec
+from nemo_rl.telemetry.config import TelemetryConfig
+from spanspec import export
+from spanspec import metrics as spanspec_metrics
+from spanspec.compile import Spec
+from spanspec.export import ExportStats, TelemetryHandle
+from spanspec.settings import DEFAULT_PREFIX, Settings, SettingsError, load_settings
+
+__all__ = [
+    "get_telemetry",
+    "init_telemetry_driver",
+    "init_telemetry_worker",
+    "record_metrics",
+    "record_token_usage",
+    "resolve_settings",
+    "shutdown_telemetry",
+    "telemetry_block",
+]
+
+_log = logging.getLogger("nemo_rl.telemetry")
+
+_handle: TelemetryHandle | None = None
+_settings: Settings | None = None
+
+
+# -- reading the run config -----------------------------------------------------------------------
+
+
+def _as_mapping(config: Any) -> Mapping[str, Any]:
+    if config is None:
+        return {}
+    if isinstance(config, Mapping) and type(config).__module__.startswith("omegaconf"):
+        from omegaconf import OmegaConf
+
+        return OmegaConf.to_container(config, resolve=True)  # type: ignore[return-value]
+    if isinstance(config, Mapping):
+        return config
+    if hasattr(config, "model_dump"):
+        return config.model_dump()
+    if hasattr(config, "__dict__"):
+        return vars(config)
+    raise TypeError(
+        f"a run config must be a mapping or a config object, not {type(config).__name__}"
+    )
+
+
+def telemetry_block(config: Any) -> TelemetryConfig:
+    """Return the validated ``telemetry:`` block of a run config (empty when there is none).
+
+    Raises:
+        pydantic.ValidationError: for an unknown key (with the closest valid one) or a bad value.
+    """
+    block = getattr(config, "telemetry", None) if not isinstance(config, Mapping) else None
+    if isinstance(block, TelemetryConfig):
+        return block
+    if block is None:
+        block = _as_mapping(config).get("telemetry")
+    if isinstance(block, TelemetryConfig):
+        return block
+    return TelemetryConfig.model_validate(dict(_as_mapping(block)) if block else {})
+
+
+def _lookup(config: Mapping[str, Any], *path: str) -> Any:
+    node: Any = config
+    for key in path:
+        if not isinstance(node, Mapping) or key not in node:
+            return None
+        node = node[key]
+    return node
+
+
+def _model_name(config: Mapping[str, Any]) -> str | None:
+    for path in (("policy", "model_name"), ("model", "name"), ("model_name",), ("policy", "model")):
+        value = _lookup(config, *path)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def _run_folder(config: Mapping[str, Any], run_id: str) -> Path:
+    for path in (("logger", "log_dir"), ("log_dir",), ("run_dir",)):
+        value = _lookup(config, *path)
+        if isinstance(value, str) and value:
+            return Path(value)
+    return Path("runs") / run_id
+
+
+def resolve_settings(
+    config: Any = None, env: Mapping[str, str] | None = None
+) -> tuple[Settings, Mapping[str, Any]]:
+    """Return the effective settings for a run config and env, and the config as a mapping.
+
+    Fills what neither env nor YAML gave: ``run_id`` (``$SLURM_JOB_ID``, else 12 random hex
+    digits) and ``file_dir`` (``<logger.log_dir or runs/<run_id>>/telemetry``, made absolute so
+    workers with another working directory write to the same place). Writes nothing.
+
+    Raises:
+        pydantic.ValidationError: for a malformed ``telemetry:`` block.
+        SettingsError: for a malformed environment variable.
+    """
+    env = os.environ if env is None else env
+    mapping = _as_mapping(config)
+    block = telemetry_block(config)
+    settings = load_settings(block.explicit(), env=env, defaults={"service_name": "nemo-rl"})
+    if settings.run_id is None:
+        slurm = env.get("SLURM_JOB_ID", "").strip()
+        settings = settings.with_values(
+            "env SLURM_JOB_ID" if slurm else "generated", run_id=slurm or secrets.token_hex(6)
+        )
+    assert settings.run_id is not None
+    if settings.sources.get("file_dir", "default") == "default":
+        folder = _run_folder(mapping, settings.run_id) / "telemetry"
+        settings = settings.with_values("default", file_dir=str(folder.resolve()))
+    elif not Path(settings.file_dir).is_absolute():
+        source = settings.sources["file_dir"]
+        settings = settings.with_values(source, file_dir=str(Path(settings.file_dir).resolve()))
+    return settings, mapping
+
+
+# -- the environment workers inherit --------------------------------------------------------------
+
+
+def _write_env(settings: Settings, resource: Mapping[str, Any]) -> None:
+    for key, value in settings.to_env(DEFAULT_PREFIX).items():
+        os.environ.setdefault(key, value)
+    given = os.environ.get("OTEL_RESOURCE_ATTRIBUTES", "").strip()
+    present = {unquote(p.split("=", 1)[0].strip()) for p in given.split(",") if "=" in p}
+    added = [
+        f"{quote(k, safe='.')}={quote(str(v), safe='')}"
+        for k, v in resource.items()
+        if k not in present and v is not None
+    ]
+    if added:
+        os.environ["OTEL_RESOURCE_ATTRIBUTES"] = ",".join(filter(None, [given, *added]))
+
+
+def _ray_started() -> bool:
+    ray = sys.modules.get("ray")
+    try:
+        return bool(ray is not None and ray.is_initialized())
+    except Exception:
+        return False
+
+
+def _activate(handle: TelemetryHandle, spec: Spec | None) -> None:
+    if not handle.is_exporting:
+        spanspec.deactivate()
+        spanspec_metrics.unbind()
+        return
+    spec = spec or spanspec.load()
+    spanspec.activate(
+        spec,
+        groups=handle.settings.span_groups,
+        tracer_provider=handle.tracer_provider,
+        env_var=None,
+    )
+    spanspec_metrics.bind(spec, handle.meter_provider)
+
+
+# -- the public lifecycle -------------------------------------------------------------------------
+
+
+def init_telemetry_driver(
+    config: Any, algorithm: str, *, spec: Spec | None = None
+) -> TelemetryHandle:
+    """Start the job's telemetry on the driver; call once, before Ray starts.
+
+    ``config`` is the whole run config (a mapping, an OmegaConf config or a validated config
+    object) with an optional ``telemetry:`` block. The driver always exports when telemetry is on.
+    A second call returns the first handle.
+
+    Returns:
+        The driver's :class:`~spanspec.export.TelemetryHandle`.
+
+    Raises:
+        pydantic.ValidationError: for a malformed ``telemetry:`` block (unknown key, bad value).
+        SettingsError: for a malformed ``NEMO_RL_OTEL_*`` / ``NEMO_LENS_*`` / OTLP variable.
+        SpecError: for a registry problem or an unknown word in ``span_groups``.
+    """
+    global _handle, _settings
+    if _handle is not None:
+        return _handle
+    settings, mapping = resolve_settings(config)
+    spec = spec or spanspec.load()
+    groups = spec.resolve(settings.span_groups)  # an unknown group fails here, not in a worker
+    if _ray_started():
+        _log.warning(
+            "telemetry: init_telemetry_driver ran after Ray started; workers started earlier "
+            "do not see the telemetry settings"
+        )
+    job_resource = {
+        "rl.algorithm": algorithm,
+        "rl.model": _model_name(mapping),
+        "rl.run_id": settings.run_id,
+    }
+    _write_env(settings, job_resource)  # also when off, so workers are off too
+    handle = export.setup(
+        settings,
+        rank=0,
+        world_size=1,
+        resource={
+            **{k: v for k, v in job_resource.items() if v is not None},
+            "rl.worker.rank": 0,
+            "rl.worker.world_size": 1,
+            "rl.worker.group": "driver",
+            # Lets `spanspec live-check` tell a span emitted while its group was off.
+            "spanspec.groups": ",".join(sorted(groups)),
+        },
+        worker_group="driver",
+        exporting=True,
+        handle_sigterm=True,
+    )
+    _activate(handle, spec)
+    _handle, _settings = handle, settings
+    _log.info(
+        "telemetry: %s, %s\n%s",
+        "exporting" if handle.is_exporting else f"off ({handle.reason})",
+        f"run_id {settings.run_id}",
+        settings.format_table(),
+    )
+    return handle
+
+
+def init_telemetry_worker(
+    rank: int,
+    world_size: int,
+    worker_group: str,
+    *,
+    local_rank: int | None = None,
+    spec: Spec | None = None,
+) -> TelemetryHandle:
+    """Start a worker's telemetry from the env the driver wrote; the export strategy decides
+    whether this rank exports. Never raises: a bad setting leaves telemetry off here, logged.
+
+    Returns:
+        The worker's handle (``is_exporting`` False on a rank that does not export).
+    """
+    global _handle, _settings
+    if _handle is not None:
+        return _handle
+    try:
+        # Without the driver's settings (no run id in the env) a worker stays off unless told.
+        driver_ran = bool(os.environ.get(DEFAULT_PREFIX + "RUN_ID"))
+        settings = load_settings(env=os.environ, defaults={"enabled": driver_ran})
+        spec = spec or spanspec.load()
+        groups = spec.resolve(settings.span_groups)
+        handle = export.setup(
+            settings,
+            rank=rank,
+            world_size=world_size,
+            resource={
+                "rl.worker.rank": rank,
+                "rl.worker.world_size": world_size,
+                "rl.worker.group": worker_group,
+                "spanspec.groups": ",".join(sorted(groups)),
+                **({"rl.run_id": settings.run_id} if settings.run_id else {}),
+            },
+            local_rank=local_rank,
+            worker_group=worker_group,
+            handle_sigterm=True,
+        )
+        _activate(handle, spec)
+    except (SettingsError, spanspec.SpecError, OSError) as exc:
+        _log.error("telemetry: off in %s rank %d: %s", worker_group, rank, exc)
+        settings = Settings(enabled=False)
+        handle = export.setup(settings, rank, world_size, exporting=False)
+        _activate(handle, None)
+    _handle, _settings = handle, settings
+    _log.info("telemetry: %s rank %d/%d %r", worker_group, rank, world_size, handle)
+    return handle
+
+
+def get_telemetry() -> TelemetryHandle | None:
+    """Return this process's handle, or None before init (and after shutdown)."""
+    return _handle
+
+
+def shutdown_telemetry(timeout_s: float | None = None) -> ExportStats | None:
+    """Stop emitting, end open spans (marked truncated), flush within ``timeout_s`` and report.
+
+    ``timeout_s`` defaults to the ``shutdown_timeout_s`` setting (5 s unless configured).
+
+    Logs what was lost (dropped spans, failed exports, skipped metrics). Never raises; a second
+    call does nothing.
+
+    Returns:
+        The final :class:`~spanspec.export.ExportStats`, or None when telemetry was never started.
+    """
+    global _handle, _settings
+    handle, _handle, _settings = _handle, None, None
+    if handle is None:
+        return None
+    skipped = spanspec_metrics.skipped_counts()
+    spanspec.deactivate()
+    spanspec_metrics.unbind()
+    stats = handle.shutdown(timeout_s)
+    if skipped:
+        _log.warning(
+            "telemetry: metric values skipped (not finite numbers): %s",
+            ", ".join(f"{k} x{v}" for k, v in sorted(skipped.items())),
+        )
+    return stats
+
+
+def record_metrics(metrics: Mapping[str, Any], prefix: str = "") -> int:
+    """Record a logger's scalars as the registry's metrics (``prefix/key`` through ``from:``).
+
+    Called by the logger after its other backends. Unknown keys are ignored; non-numeric values
+    of declared metrics are skipped, counted and warned once. Never raises.
+
+    Returns:
+        How many metrics were recorded (0 when telemetry is off).
+    """
+    try:
+        return spanspec_metrics.record_metrics(metrics, prefix)
+    except Exception:
+        _log.warning("telemetry: record_metrics failed", exc_info=True)
+        return 0
+
+
+def record_token_usage(input_tokens: int, output_tokens: int, system: str = "torch") -> None:
+    """Record one generation call's ``gen_ai.client.token.usage`` (input and output points)."""
+    try:
+        spanspec_metrics.record(
+            "gen_ai.client.token.usage",
+            input_tokens,
+            {"gen_ai.token.type": "input", "gen_ai.system": system},
+        )
+        spanspec_metrics.record(
+            "gen_ai.client.token.usage",
+            output_tokens,
+            {"gen_ai.token.type": "output", "gen_ai.system": system},
+        )
+    except Exception:
+        _log.warning("telemetry: record_token_usage failed", exc_info=True)

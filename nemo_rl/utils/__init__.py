@@ -1,0 +1,1 @@
+"""Timer, logger, checkpointing and config loading shared by every algorithm."""

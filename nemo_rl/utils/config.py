@@ -1,0 +1,80 @@
+"""Run configs: a YAML file, dotted overrides from the command line, then pydantic validation.
+
+    cfg = load_config("examples/configs/grpo_tiny.yaml", ["grpo.max_steps=20"], MasterConfig)
+
+Errors name the full key and offer the closest valid one:
+``grpo.max_stepz: unknown key (did you mean max_steps?)``.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+from pydantic import BaseModel, ValidationError
+
+__all__ = ["ConfigError", "load_config", "validate_config"]
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class ConfigError(ValueError):
+    """A config that cannot be used; ``problems`` lists one ``key: message`` line per problem."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("invalid config:\n  " + "\n  ".join(problems))
+
+
+def load_config(path: str | None, overrides: Sequence[str], model: type[M]) -> M:
+    """Returns ``model`` validated from the YAML at ``path`` (None: defaults) with ``overrides``.
+
+    Each override is ``dotted.key=value`` (values parsed as YAML: ``20``, ``true``, ``[a, b]``).
+    Raises ``ConfigError`` for a malformed override or any invalid or unknown key.
+    """
+    base = OmegaConf.load(path) if path else OmegaConf.create({})
+    bad = [o for o in overrides if "=" not in o]
+    if bad:
+        raise ConfigError([f"{o}: an override must look like key=value" for o in bad])
+    try:
+        merged = OmegaConf.merge(base, OmegaConf.from_dotlist(list(overrides)))
+    except OmegaConfBaseException as e:
+        raise ConfigError([str(e)]) from None
+    data = OmegaConf.to_container(merged, resolve=True)
+    return validate_config(data, model)
+
+
+def validate_config(data: Any, model: type[M]) -> M:
+    """Returns ``model.model_validate(data)``; raises ``ConfigError`` naming every bad key."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError([_describe(err, model) for err in e.errors()]) from None
+
+
+def _describe(err: Any, model: type[BaseModel]) -> str:
+    loc = [str(p) for p in err["loc"]]
+    key = ".".join(loc) or "<root>"
+    if err["type"] == "extra_forbidden":
+        fields = _fields_at(model, loc[:-1])
+        close = difflib.get_close_matches(loc[-1], fields, n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]}?)" if close else f" (valid keys: {', '.join(fields)})"
+        return f"{key}: unknown key{hint}"
+    message = err["msg"]
+    if err["type"] != "value_error" and "input" in err and not isinstance(err["input"], dict):
+        message += f" (got {err['input']!r})"
+    return f"{key}: {message}"
+
+
+def _fields_at(model: type[BaseModel], path: list[str]) -> list[str]:
+    # Walk the nested models along the error's location to list the keys valid there.
+    current: Any = model
+    for part in path:
+        field = getattr(current, "model_fields", {}).get(part)
+        if field is None:
+            return []
+        current = field.annotation
+    return list(getattr(current, "model_fields", {}))

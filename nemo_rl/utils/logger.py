@@ -1,0 +1,84 @@
+"""Metrics to a JSONL file and the console, then to OpenTelemetry through the telemetry tee."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+from tqdm import tqdm
+
+from nemo_rl.telemetry import record_metrics
+
+__all__ = ["Logger", "LoggerConfig"]
+
+
+class LoggerConfig(BaseModel):
+    """Where metrics go."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    log_dir: str = "runs/grpo_tiny"
+    """Run folder: metrics.jsonl, checkpoints and (by default) the telemetry files live here."""
+    tqdm: bool = True
+    """Show a progress bar with step, reward, loss and step time."""
+
+
+class Logger:
+    """Writes ``{"step": n, "<prefix>/<key>": value, ...}`` lines to ``<log_dir>/metrics.jsonl``.
+
+    After the file and the console, every ``log`` call tees the same metrics to
+    ``nemo_rl.telemetry.record_metrics``, which maps logger keys to the registry's instruments.
+    """
+
+    def __init__(self, cfg: LoggerConfig, total_steps: int, initial_step: int = 0) -> None:
+        os.makedirs(cfg.log_dir, exist_ok=True)
+        self.path = os.path.join(cfg.log_dir, "metrics.jsonl")
+        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        self._bar = (
+            tqdm(total=total_steps, initial=initial_step, desc="grpo", file=sys.stderr, dynamic_ncols=True)
+            if cfg.tqdm
+            else None
+        )
+        self._step_shown = initial_step
+
+    def log(self, metrics: Mapping[str, Any], step: int, prefix: str) -> None:
+        """Records ``metrics`` (scalars) for ``step`` under ``prefix`` (``train``, ``timing``, ...)."""
+        row = {"step": step, **{f"{prefix}/{k}": _plain(v) for k, v in metrics.items()}}
+        self._file.write(json.dumps(row) + "\n")
+        self._file.flush()
+        record_metrics(metrics, prefix)
+
+    def progress(self, step: int, reward: float, loss: float, step_time: float) -> None:
+        """Moves the progress bar to ``step`` and shows the step's reward, loss and time."""
+        if self._bar is None:
+            return
+        self._bar.update(step - self._step_shown)
+        self._step_shown = step
+        self._bar.set_postfix(reward=f"{reward:.3f}", loss=f"{loss:.4f}", step_s=f"{step_time:.2f}")
+
+    def print(self, message: str) -> None:
+        """Prints a line without breaking the progress bar."""
+        if self._bar is None:
+            print(message, flush=True)
+        else:
+            self._bar.write(message)
+
+    def close(self) -> None:
+        """Closes the progress bar and the metrics file."""
+        if self._bar is not None:
+            self._bar.close()
+        self._file.close()
+
+
+def _plain(value: Any) -> Any:
+    # JSON has no NaN; a float that is not finite is written as null.
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value

@@ -1,0 +1,301 @@
+"""OTLP/JSON trace lines -> simple span records.
+
+The file exporter (:mod:`spanspec._file_exporter`) writes ``traces.jsonl``: one OTLP
+``ExportTraceServiceRequest`` per line, in the OTLP/JSON encoding. This module reads such files
+back into :class:`SpanRecord` objects, flat and easy to test against, with no SDK or protobuf
+import. It also accepts what ``google.protobuf.json_format.MessageToJson`` writes for the same
+message (base64 ids, enum names, snake_case keys), so a Collector's ``file`` exporter output and
+hand-made fixtures read alike.
+
+Problems in a file are findings, never exceptions: a line that is not JSON is a violation, except
+a truncated last line (the process was killed mid-write), which is information.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from spanspec.findings import Finding
+
+__all__ = [
+    "SpanRecord",
+    "TraceFile",
+    "attribute_value",
+    "read_spans",
+    "read_traces",
+]
+
+# OTLP SpanKind and StatusCode, by number and by protobuf enum name.
+_KINDS = {
+    "SPAN_KIND_UNSPECIFIED": 0,
+    "SPAN_KIND_INTERNAL": 1,
+    "SPAN_KIND_SERVER": 2,
+    "SPAN_KIND_CLIENT": 3,
+    "SPAN_KIND_PRODUCER": 4,
+    "SPAN_KIND_CONSUMER": 5,
+}
+_STATUS = {"STATUS_CODE_UNSET": 0, "STATUS_CODE_OK": 1, "STATUS_CODE_ERROR": 2}
+STATUS_ERROR = 2
+
+
+@dataclass(frozen=True, slots=True)
+class SpanRecord:
+    """One span from a trace file, with plain Python values.
+
+    Ids are lower-case hex (``trace_id`` 32 digits, ``span_id`` 16); ``parent_span_id`` is None
+    for a root. Times are Unix nanoseconds. ``attributes`` and ``resource`` map keys to str, int,
+    float, bool, lists of those, or dicts (OTLP ``kvlistValue``). ``file`` and ``line`` say where
+    the span was read (1-based line of its export request).
+    """
+
+    name: str
+    trace_id: str
+    span_id: str
+    parent_span_id: str | None
+    start_time_unix_nano: int
+    end_time_unix_nano: int
+    attributes: Mapping[str, Any] = field(default_factory=dict)
+    resource: Mapping[str, Any] = field(default_factory=dict)
+    scope: str = ""
+    kind: int = 0
+    status_code: int = 0
+    status_message: str = ""
+    file: str = "<unknown>"
+    line: int = 0
+
+    @property
+    def duration_ns(self) -> int:
+        """End minus start, never negative."""
+        return max(0, self.end_time_unix_nano - self.start_time_unix_nano)
+
+    @property
+    def is_error(self) -> bool:
+        """Whether the span's status is ERROR."""
+        return self.status_code == STATUS_ERROR
+
+
+@dataclass
+class TraceFile:
+    """What :func:`read_traces` found: the spans, and a finding for each problem in the files."""
+
+    spans: list[SpanRecord] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+    lines: int = 0
+
+
+def attribute_value(value: Mapping[str, Any] | None) -> Any:
+    """Return the Python value of an OTLP ``AnyValue`` (``{"intValue": "3"}`` -> ``3``).
+
+    ``intValue`` (a string in JSON) becomes an int, ``arrayValue`` a list, ``kvlistValue`` a dict,
+    ``bytesValue`` stays its base64 text, and an empty value is None.
+
+    Raises:
+        ValueError: when the value is not an ``AnyValue`` object or an int does not parse.
+    """
+    if not isinstance(value, Mapping):
+        raise ValueError(f"expected an AnyValue object, got {type(value).__name__}")
+    for key, item in value.items():
+        if key in ("stringValue", "string_value"):
+            return str(item)
+        if key in ("intValue", "int_value"):
+            return int(item)
+        if key in ("doubleValue", "double_value"):
+            return _double(item)
+        if key in ("boolValue", "bool_value"):
+            return bool(item)
+        if key in ("arrayValue", "array_value"):
+            return [attribute_value(v) for v in (item or {}).get("values", [])]
+        if key in ("kvlistValue", "kvlist_value"):
+            return _key_values((item or {}).get("values", []))
+        if key in ("bytesValue", "bytes_value"):
+            return str(item)
+    return None
+
+
+def _double(item: Any) -> float:
+    # protobuf-JSON writes non-finite doubles as the strings "NaN", "Infinity", "-Infinity".
+    return float(item)
+
+
+def _key_values(items: Iterable[Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items or ():
+        if not isinstance(item, Mapping) or "key" not in item:
+            raise ValueError("expected a list of {key, value} objects")
+        out[str(item["key"])] = attribute_value(item.get("value") or {})
+    return out
+
+
+def _get(node: Mapping[str, Any], camel: str, snake: str, default: Any = None) -> Any:
+    if camel in node:
+        return node[camel]
+    return node.get(snake, default)
+
+
+def _hex_id(value: Any, size: int) -> str | None:
+    """Hex of an id written as hex (OTLP/JSON) or base64 (protobuf-JSON); None when empty."""
+    if not value:
+        return None
+    text = str(value)
+    if len(text) == 2 * size:
+        try:
+            bytes.fromhex(text)
+            return text.lower()
+        except ValueError:
+            pass
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError(f"id {text!r} is neither hex nor base64") from None
+    if len(raw) != size:
+        raise ValueError(f"id {text!r} has {len(raw)} bytes, expected {size}")
+    return raw.hex() if any(raw) else None
+
+
+def _enum(value: Any, names: Mapping[str, int]) -> int:
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        return names.get(value, int(value) if value.isdigit() else 0)
+    return 0
+
+
+def _spans_of_request(request: Any, file: str, line: int) -> Iterator[SpanRecord]:
+    """Spans of one ``ExportTraceServiceRequest`` dict.
+
+    Raises:
+        ValueError: naming what is malformed.
+    """
+    if not isinstance(request, Mapping):
+        raise ValueError(f"expected a JSON object, got {type(request).__name__}")
+    resource_spans = _get(request, "resourceSpans", "resource_spans")
+    if not isinstance(resource_spans, list):
+        raise ValueError("no 'resourceSpans' list: not an OTLP trace export request")
+    for rs in resource_spans:
+        resource = _key_values((rs.get("resource") or {}).get("attributes", []))
+        for ss in _get(rs, "scopeSpans", "scope_spans", []) or []:
+            scope = str((ss.get("scope") or {}).get("name", ""))
+            for raw in ss.get("spans", []) or []:
+                yield _span(raw, resource, scope, file, line)
+
+
+def _span(
+    raw: Mapping[str, Any], resource: Mapping[str, Any], scope: str, file: str, line: int
+) -> SpanRecord:
+    name = raw.get("name")
+    if not isinstance(name, str) or not name:
+        raise ValueError("a span has no name")
+    trace_id = _hex_id(_get(raw, "traceId", "trace_id"), 16)
+    span_id = _hex_id(_get(raw, "spanId", "span_id"), 8)
+    if trace_id is None or span_id is None:
+        raise ValueError(f"span '{name}' has no trace or span id")
+    status = raw.get("status") or {}
+    return SpanRecord(
+        name=name,
+        trace_id=trace_id,
+        span_id=span_id,
+        parent_span_id=_hex_id(_get(raw, "parentSpanId", "parent_span_id"), 8),
+        start_time_unix_nano=int(_get(raw, "startTimeUnixNano", "start_time_unix_nano", 0)),
+        end_time_unix_nano=int(_get(raw, "endTimeUnixNano", "end_time_unix_nano", 0)),
+        attributes=_key_values(raw.get("attributes", [])),
+        resource=resource,
+        scope=scope,
+        kind=_enum(raw.get("kind", 0), _KINDS),
+        status_code=_enum(status.get("code", 0), _STATUS),
+        status_message=str(status.get("message", "")),
+        file=file,
+        line=line,
+    )
+
+
+def read_traces(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> TraceFile:
+    """Read trace files of OTLP/JSON lines.
+
+    Returns:
+        A :class:`TraceFile` with every span that could be read, in file order, and findings:
+        ``file.unreadable`` and ``otlp.invalid_json`` / ``otlp.malformed`` (violations) for a
+        missing file or a bad line, ``otlp.truncated_line`` (information) for a last line cut
+        short, ``otlp.empty`` (information) for a file without spans. Never raises for bad input.
+    """
+    if isinstance(paths, str | os.PathLike):
+        paths = [paths]
+    result = TraceFile()
+    for path in paths:
+        name = str(path)
+        result.files.append(name)
+        try:
+            text = Path(path).read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            result.findings.append(
+                Finding("file.unreadable", f"cannot read file: {exc.strerror}", file=name)
+            )
+            continue
+        before = len(result.spans)
+        lines = text.split("\n")
+        last = max((i for i, t in enumerate(lines) if t.strip()), default=-1)
+        for index, line_text in enumerate(lines):
+            if not line_text.strip():
+                continue
+            number = index + 1
+            result.lines += 1
+            try:
+                request = json.loads(line_text)
+            except json.JSONDecodeError as exc:
+                if index == last:
+                    result.findings.append(
+                        Finding(
+                            "otlp.truncated_line",
+                            f"the last line is not complete JSON ({exc.msg}); the writer was "
+                            "probably stopped mid-line, so its spans are skipped",
+                            level="information",
+                            file=name,
+                            line=number,
+                            col=exc.colno,
+                        )
+                    )
+                else:
+                    result.findings.append(
+                        Finding(
+                            "otlp.invalid_json",
+                            f"line is not JSON: {exc.msg}",
+                            file=name,
+                            line=number,
+                            col=exc.colno,
+                        )
+                    )
+                continue
+            try:
+                spans = list(_spans_of_request(request, name, number))
+            except (ValueError, TypeError, AttributeError) as exc:
+                result.findings.append(
+                    Finding("otlp.malformed", f"{exc}", file=name, line=number, col=1)
+                )
+                continue
+            result.spans.extend(spans)
+        if len(result.spans) == before and not any(
+            f.file == name and f.level == "violation" for f in result.findings
+        ):
+            result.findings.append(
+                Finding(
+                    "otlp.empty",
+                    "the file holds no spans",
+                    level="information",
+                    file=name,
+                    line=1,
+                    col=1,
+                )
+            )
+    return result
+
+
+def read_spans(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> list[SpanRecord]:
+    """Return the spans of trace files, skipping what cannot be read (see :func:`read_traces`)."""
+    return read_traces(paths).spans

@@ -1,0 +1,49 @@
+"""python -m nemo_rl.telemetry settings CONFIG: effective settings and where each came from."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[4]
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("NEMO_RL_OTEL_", "OTEL_"))}
+    return subprocess.run(
+        [sys.executable, "-m", "nemo_rl.telemetry", "settings", *args],
+        capture_output=True,
+        text=True,
+        env={**base, **(env or {}), "PYTHONPATH": str(REPO)},
+    )
+
+
+def test_prints_each_setting_with_its_source(tmp_path):
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("telemetry:\n  span_groups: per_step\n  exporter: file\n")
+    done = run(str(cfg), "telemetry.export_rank=2", env={"NEMO_RL_OTEL_EXPORTER": "console"})
+    assert done.returncode == 0, done.stderr
+    rows = {line.split()[0]: line for line in done.stdout.splitlines()}
+    assert rows["span_groups"].split()[1:] == ["per_step", "config", "telemetry.span_groups"]
+    assert rows["exporter"].split()[1:] == ["console", "env", "NEMO_RL_OTEL_EXPORTER"]
+    assert rows["export_rank"].split()[1] == "2"
+    assert rows["run_id"].split()[-1] == "generated"
+
+
+def test_json_output(tmp_path):
+    done = run("--json", env={"NEMO_LENS_LOGS_ENABLED": "true"})
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)
+    assert rows["logs_enabled"] == {"value": True, "source": "env NEMO_LENS_LOGS_ENABLED"}
+
+
+def test_malformed_values_exit_2_with_the_message(tmp_path):
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("telemetry:\n  export_sample_rate: 2\n")
+    done = run(str(cfg))
+    assert done.returncode == 2 and "export_sample_rate" in done.stderr
+    done = run(env={"NEMO_RL_OTEL_ENABLED": "maybe"})
+    assert done.returncode == 2 and "NEMO_RL_OTEL_ENABLED='maybe'" in done.stderr

@@ -1,0 +1,214 @@
+"""init_telemetry_driver / init_telemetry_worker / shutdown_telemetry, against the real SDK."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel, ValidationError
+
+import spanspec
+from nemo_rl import telemetry
+from nemo_rl.telemetry import TelemetryConfig
+from spanspec import propagate
+from spanspec.runtime import NOOP
+from spanspec.settings import SettingsError
+
+
+def config(**block) -> dict:
+    return {"policy": {"model_name": "tiny-gpt"}, "telemetry": block}
+
+
+def spans_in(folder: Path) -> list[tuple[dict, dict]]:
+    out = []
+    for line in (folder / "traces.jsonl").read_text().splitlines():
+        for rs in json.loads(line)["resourceSpans"]:
+            resource = {
+                a["key"]: next(iter(a["value"].values())) for a in rs["resource"]["attributes"]
+            }
+            out.extend((s, resource) for ss in rs["scopeSpans"] for s in ss["spans"])
+    return out
+
+
+def test_driver_writes_settings_to_env_and_exports(tmp_path):
+    handle = telemetry.init_telemetry_driver(config(span_groups="per_step", run_id="job1"), "grpo")
+    assert handle.is_exporting and telemetry.get_telemetry() is handle
+    assert os.environ["NEMO_RL_OTEL_SPAN_GROUPS"] == "per_step"
+    assert os.environ["NEMO_RL_OTEL_RUN_ID"] == "job1"
+    folder = Path(os.environ["NEMO_RL_OTEL_FILE_DIR"])
+    assert folder == (tmp_path / "runs" / "job1" / "telemetry").resolve()
+    resource_env = os.environ["OTEL_RESOURCE_ATTRIBUTES"]
+    assert "rl.algorithm=grpo" in resource_env and "rl.model=tiny-gpt" in resource_env
+
+    with spanspec.span("rl.grpo.step", **{"rl.iteration": 0}):
+        pass
+    with spanspec.span("rl.grpo.checkpoint", **{"rl.iteration": 0}):
+        pass
+    stats = telemetry.shutdown_telemetry()
+    assert stats is not None and stats.spans_exported == 2
+    assert telemetry.shutdown_telemetry() is None and telemetry.get_telemetry() is None
+
+    (span, resource), _ = spans_in(folder)
+    assert span["name"] == "rl.grpo.step"
+    assert resource["rl.algorithm"] == "grpo" and resource["rl.model"] == "tiny-gpt"
+    assert resource["rl.run_id"] == "job1" and resource["rl.worker.group"] == "driver"
+    assert {"host.name", "process.pid", "service.name"} <= set(resource)
+
+
+def test_raw_env_beats_yaml_and_is_not_overwritten(clean_env):
+    clean_env.setenv("NEMO_RL_OTEL_SPAN_GROUPS", "all")
+    clean_env.setenv("NEMO_LENS_EXPORT_STRATEGY", "all_ranks")
+    clean_env.setenv("OTEL_RESOURCE_ATTRIBUTES", "rl.model=from-env,team=rl")
+    handle = telemetry.init_telemetry_driver(config(span_groups="per_step"), "ppo")
+    assert handle.settings.span_groups == "all"
+    assert handle.settings.sources["span_groups"] == "env NEMO_RL_OTEL_SPAN_GROUPS"
+    assert handle.settings.export_strategy == "all_ranks"
+    assert handle.settings.sources["export_strategy"] == "env NEMO_LENS_EXPORT_STRATEGY"
+    assert os.environ["NEMO_RL_OTEL_SPAN_GROUPS"] == "all"
+    assert os.environ["NEMO_RL_OTEL_EXPORT_STRATEGY"] == "all_ranks"
+    resource = os.environ["OTEL_RESOURCE_ATTRIBUTES"]
+    assert resource.startswith("rl.model=from-env,team=rl,") and "tiny-gpt" not in resource
+    assert handle.resource.attributes["team"] == "rl"
+
+
+def test_run_id_is_explicit_else_slurm_else_random(clean_env):
+    handle = telemetry.init_telemetry_driver(config(), "sft")
+    assert re.fullmatch(r"[0-9a-f]{12}", handle.settings.run_id)
+    assert handle.settings.sources["run_id"] == "generated"
+    telemetry.shutdown_telemetry()
+
+    for key in [k for k in os.environ if k.startswith(("NEMO_RL_OTEL_", "OTEL_RESOURCE"))]:
+        clean_env.delenv(key)
+    clean_env.setenv("SLURM_JOB_ID", "4242")
+    handle = telemetry.init_telemetry_driver(config(), "sft")
+    assert handle.settings.run_id == "4242"
+    assert handle.settings.sources["run_id"] == "env SLURM_JOB_ID"
+    assert handle.resource.attributes["slurm.job.id"] == "4242"
+    telemetry.shutdown_telemetry()
+
+    for key in [k for k in os.environ if k.startswith(("NEMO_RL_OTEL_", "OTEL_RESOURCE"))]:
+        clean_env.delenv(key)
+    handle = telemetry.init_telemetry_driver(config(run_id="mine"), "sft")
+    assert handle.settings.run_id == "mine"
+
+
+def test_driver_init_is_idempotent_and_logs_the_settings(caplog):
+    caplog.set_level(logging.INFO, logger="nemo_rl.telemetry")
+    first = telemetry.init_telemetry_driver(config(), "grpo")
+    assert telemetry.init_telemetry_driver(config(span_groups="all"), "grpo") is first
+    (record,) = [r for r in caplog.records if "telemetry:" in r.getMessage()]
+    assert "span_groups" in record.getMessage() and "default" in record.getMessage()
+
+
+@pytest.mark.parametrize(
+    ("env", "block", "error", "match"),
+    [
+        ({}, {"exporterr": "file"}, ValidationError, "did you mean 'exporter'"),
+        ({"NEMO_RL_OTEL_ENABLED": "maybe"}, {}, SettingsError, "NEMO_RL_OTEL_ENABLED='maybe'"),
+        ({}, {"span_groups": "per_stpe"}, spanspec.SpecError, "did you mean 'per_step'"),
+        ({"OTEL_EXPORTER_OTLP_PROTOCOL": "thrift"}, {"exporter": "otlp"}, SettingsError, "thrift"),
+    ],
+)
+def test_configuration_errors_are_raised_on_the_driver_at_init(clean_env, env, block, error, match):
+    for key, value in env.items():
+        clean_env.setenv(key, value)
+    with pytest.raises(error, match=match):
+        telemetry.init_telemetry_driver(config(**block), "grpo")
+    assert telemetry.get_telemetry() is None
+
+
+def test_config_objects_are_accepted():
+    class RunConfig(BaseModel):
+        telemetry: TelemetryConfig = TelemetryConfig()
+
+    cfg = RunConfig(telemetry=TelemetryConfig(span_groups="all", run_id="obj"))
+    handle = telemetry.init_telemetry_driver(cfg, "dpo")
+    assert handle.settings.span_groups == "all" and handle.settings.run_id == "obj"
+    assert handle.settings.sources["service_name"] == "default"  # not set in YAML: no claim
+
+
+def test_omegaconf_configs_are_accepted():
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.create({"logger": {"log_dir": "logs/exp"}, "telemetry": {"run_id": "oc"}})
+    handle = telemetry.init_telemetry_driver(cfg, "rm")
+    assert handle.settings.file_dir == str(Path("logs/exp/telemetry").resolve())
+
+
+def test_sdk_disabled_switches_everything_off_and_tells_workers(clean_env):
+    clean_env.setenv("OTEL_SDK_DISABLED", "true")
+    handle = telemetry.init_telemetry_driver(config(), "grpo")
+    assert not handle.is_exporting and not spanspec.runtime.is_active()
+    assert os.environ["NEMO_RL_OTEL_ENABLED"] == "false"
+    assert spanspec.span("rl.grpo.step", **{"rl.iteration": 0}) is NOOP
+
+
+def test_non_exporting_worker_creates_no_spans_but_keeps_the_trace_context():
+    telemetry.init_telemetry_driver(config(export_strategy="single_rank"), "grpo")
+    telemetry.shutdown_telemetry()  # the env it wrote stays, as a Ray worker would inherit it
+    handle = telemetry.init_telemetry_worker(rank=1, world_size=2, worker_group="policy")
+    assert not handle.is_exporting and "single_rank" in handle.reason
+    assert telemetry.init_telemetry_worker(1, 2, "policy") is handle
+    carrier = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+    with propagate.attached(carrier):
+        assert spanspec.span("rl.worker.train_microbatch", **{"rl.micro_batch": 0}) is NOOP
+        assert propagate.inject()["traceparent"] == carrier["traceparent"]
+
+
+def test_exporting_worker_joins_the_driver_trace():
+    telemetry.init_telemetry_driver(config(span_groups="all", run_id="w"), "grpo")
+    folder = Path(os.environ["NEMO_RL_OTEL_FILE_DIR"])
+    with spanspec.span("rl.grpo.policy_update", **{"rl.iteration": 0}):
+        carrier = propagate.inject()
+    telemetry.shutdown_telemetry()
+
+    handle = telemetry.init_telemetry_worker(rank=0, world_size=2, worker_group="policy")
+    assert handle.is_exporting
+    with propagate.attached(carrier):
+        with spanspec.span("rl.worker.train_microbatch", **{"rl.micro_batch": 0}):
+            pass
+    telemetry.shutdown_telemetry()
+    by_name = {s["name"]: (s, r) for s, r in spans_in(folder)}
+    update, _ = by_name["rl.grpo.policy_update"]
+    micro, resource = by_name["rl.worker.train_microbatch"]
+    assert micro["parentSpanId"] == update["spanId"] and micro["traceId"] == update["traceId"]
+    assert resource["rl.worker.group"] == "policy" and resource["rl.worker.rank"] == "0"
+    assert resource["rl.algorithm"] == "grpo" and resource["rl.run_id"] == "w"
+
+
+def test_a_worker_without_the_drivers_env_stays_off():
+    assert not telemetry.init_telemetry_worker(0, 1, "policy").is_exporting
+
+
+def test_a_malformed_worker_env_turns_telemetry_off_without_raising(clean_env, caplog):
+    clean_env.setenv("NEMO_RL_OTEL_RUN_ID", "x")
+    clean_env.setenv("NEMO_RL_OTEL_EXPORTER", "kafka")
+    handle = telemetry.init_telemetry_worker(0, 1, "policy")
+    assert not handle.is_exporting
+    assert any("NEMO_RL_OTEL_EXPORTER='kafka'" in r.getMessage() for r in caplog.records)
+
+
+def test_record_metrics_and_token_usage_reach_the_files():
+    telemetry.init_telemetry_driver(config(run_id="m"), "grpo")
+    folder = Path(os.environ["NEMO_RL_OTEL_FILE_DIR"])
+    assert telemetry.record_metrics({"loss": 0.5, "lr": 1e-4, "note": "text"}, prefix="train") == 2
+    telemetry.record_token_usage(10, 20, system="torch")
+    telemetry.shutdown_telemetry()
+    names = {
+        m["name"]
+        for line in (folder / "metrics.jsonl").read_text().splitlines()
+        for rm in json.loads(line)["resourceMetrics"]
+        for sm in rm["scopeMetrics"]
+        for m in sm["metrics"]
+    }
+    assert {"rl.policy.loss", "rl.learning_rate", "gen_ai.client.token.usage"} <= names
+
+
+def test_nothing_raises_when_telemetry_never_started():
+    assert telemetry.record_metrics({"train/loss": 1.0}) == 0
+    telemetry.record_token_usage(1, 2)
+    assert telemetry.shutdown_telemetry() is None

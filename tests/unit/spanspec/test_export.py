@@ -1,0 +1,376 @@
+"""spanspec.export: providers, the OTLP/JSON file exporter, console, who exports, ids, accounting."""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from google.protobuf import json_format
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+import spanspec
+from spanspec import export, metrics
+from spanspec.settings import Settings, SettingsError, load_settings
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture
+def clean_env(monkeypatch):
+    for key in list(os.environ):
+        if key.startswith(("NEMO_RL_OTEL_", "NEMO_LENS_", "OTEL_")):
+            monkeypatch.delenv(key)
+    yield monkeypatch
+    spanspec.deactivate()
+    metrics.unbind()
+
+
+@pytest.fixture(scope="module")
+def spec():
+    return spanspec.load()
+
+
+def start(settings: Settings, spec, **kwargs) -> export.TelemetryHandle:
+    handle = export.setup(settings, register_atexit=False, **kwargs)
+    spanspec.activate(spec, "all", tracer_provider=handle.tracer_provider, env_var=None)
+    metrics.bind(spec, handle.meter_provider)
+    return handle
+
+
+def read_lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def file_spans(folder: Path) -> list[dict]:
+    return [
+        s
+        for line in read_lines(folder / "traces.jsonl")
+        for rs in line["resourceSpans"]
+        for ss in rs["scopeSpans"]
+        for s in ss["spans"]
+    ]
+
+
+def to_proto_json(node):
+    """OTLP/JSON (hex ids) back to protobuf JSON (base64 ids), to parse with json_format."""
+    if isinstance(node, dict):
+        return {
+            k: base64.b64encode(bytes.fromhex(v)).decode()
+            if k in ("traceId", "spanId", "parentSpanId")
+            else to_proto_json(v)
+            for k, v in node.items()
+        }
+    if isinstance(node, list):
+        return [to_proto_json(v) for v in node]
+    return node
+
+
+def test_file_exporter_writes_otlp_json_a_collector_can_replay(clean_env, spec, tmp_path):
+    settings = load_settings({"file_dir": str(tmp_path)}, env={})
+    handle = start(settings, spec, resource={"rl.run_id": "r1"})
+    with spanspec.span("rl.grpo.step", **{"rl.iteration": 4}):
+        with spanspec.span("rl.grpo.rollout", **{"rl.iteration": 4}):
+            pass
+    metrics.record_metrics({"loss": 0.5}, prefix="train")
+    stats = handle.shutdown(5)
+    assert stats.spans_exported == 2 and stats.spans_lost == 0
+
+    lines = (tmp_path / "traces.jsonl").read_text().splitlines()
+    request = ExportTraceServiceRequest()
+    json_format.Parse(json.dumps(to_proto_json(json.loads(lines[0]))), request)
+    (rs,) = request.resource_spans
+    resource = {kv.key: kv.value for kv in rs.resource.attributes}
+    assert resource["service.name"].string_value == "nemo-rl"
+    assert resource["rl.run_id"].string_value == "r1"
+    assert resource["process.pid"].int_value == os.getpid()
+
+    rollout, step = file_spans(tmp_path)
+    assert (rollout["name"], step["name"]) == ("rl.grpo.rollout", "rl.grpo.step")
+    assert len(step["traceId"]) == 32 and len(step["spanId"]) == 16
+    assert rollout["parentSpanId"] == step["spanId"] and "parentSpanId" not in step
+    assert rollout["traceId"] == step["traceId"]
+    assert step["kind"] == 1  # enums as integers
+    assert {"startTimeUnixNano", "endTimeUnixNano", "attributes"} <= set(step)
+
+    (metric_line,) = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    json_format.Parse(
+        json.dumps(to_proto_json(json.loads(metric_line))), ExportMetricsServiceRequest()
+    )
+    names = {
+        m["name"]: m
+        for rm in json.loads(metric_line)["resourceMetrics"]
+        for sm in rm["scopeMetrics"]
+        for m in sm["metrics"]
+    }
+    assert names["rl.policy.loss"]["gauge"]["dataPoints"][0]["asDouble"] == 0.5
+    assert names["rl.step.duration"]["histogram"]["dataPoints"][0]["count"] == "1"
+
+
+def test_open_spans_are_ended_as_truncated_and_exported(clean_env, spec, tmp_path):
+    handle = start(load_settings({"file_dir": str(tmp_path)}, env={}), spec)
+    outer = spanspec.span("rl.grpo.step", **{"rl.iteration": 1})
+    outer.__enter__()
+    with spanspec.span("rl.grpo.rollout", **{"rl.iteration": 1}):
+        pass
+    stats = handle.shutdown(5)
+    outer.__exit__(None, None, None)  # detach its context (ending it again is a no-op)
+    assert stats.truncated == 1
+    by_name = {s["name"]: s for s in file_spans(tmp_path)}
+    attrs = {a["key"]: a["value"] for a in by_name["rl.grpo.step"]["attributes"]}
+    assert attrs["spanspec.truncated"] == {"boolValue": True}
+    assert "spanspec.truncated" not in json.dumps(by_name["rl.grpo.rollout"])
+    assert handle.shutdown() is stats  # idempotent
+
+
+def test_console_writes_one_json_object_per_line(clean_env, spec, capsys):
+    handle = start(load_settings({"exporter": "console", "metrics_enabled": False}, env={}), spec)
+    for i in range(3):
+        with spanspec.span("rl.grpo.step", **{"rl.iteration": i}):
+            pass
+    handle.shutdown(5)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.strip()]
+    assert len(lines) == 3
+    assert [json.loads(line)["name"] for line in lines] == ["rl.grpo.step"] * 3
+
+
+def test_logs_carry_the_active_trace_and_span_ids(clean_env, spec, tmp_path):
+    handle = start(load_settings({"file_dir": str(tmp_path), "logs_enabled": True}, env={}), spec)
+    with spanspec.span("rl.grpo.step", **{"rl.iteration": 1}) as span:
+        logging.getLogger("test.telemetry").warning("inside the step")
+    logging.getLogger("opentelemetry.test").warning("never exported")
+    handle.shutdown(5)
+    records = [
+        lr
+        for line in read_lines(tmp_path / "logs.jsonl")
+        for rl in line["resourceLogs"]
+        for sl in rl["scopeLogs"]
+        for lr in sl["logRecords"]
+    ]
+    (record,) = [r for r in records if r["body"].get("stringValue") == "inside the step"]
+    assert record["traceId"] == format(span.get_span_context().trace_id, "032x")
+    assert record["spanId"] == format(span.get_span_context().span_id, "016x")
+    assert not any("never exported" in json.dumps(r) for r in records)
+    assert handle._log_handler is None  # detached at shutdown
+
+
+def test_a_burst_within_the_queue_loses_nothing(clean_env, spec, tmp_path):
+    handle = start(
+        load_settings({"file_dir": str(tmp_path), "metrics_enabled": False}, env={}), spec
+    )
+    for i in range(20_000):
+        with spanspec.span("rl.worker.train_microbatch", **{"rl.micro_batch": i}):
+            pass
+    stats = handle.shutdown(30)
+    assert stats.spans_ended == 20_000
+    assert stats.spans_exported == 20_000 and stats.spans_dropped == 0
+
+
+def test_drops_beyond_the_queue_are_counted_and_warned_once(clean_env, spec, tmp_path, caplog):
+    clean_env.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "64")
+    clean_env.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "32")
+    clean_env.setenv("OTEL_BSP_SCHEDULE_DELAY", "60000")
+    caplog.set_level(logging.INFO, logger="spanspec.export")
+    handle = start(
+        load_settings({"file_dir": str(tmp_path), "metrics_enabled": False}, env={}), spec
+    )
+    for i in range(3_000):
+        with spanspec.span("rl.worker.train_microbatch", **{"rl.micro_batch": i}):
+            pass
+    stats = handle.shutdown(10)
+    assert stats.spans_ended == 3_000
+    assert stats.spans_dropped > 0
+    assert stats.spans_dropped + stats.spans_exported == 3_000
+    assert len(file_spans(tmp_path)) == stats.spans_exported
+    full = [r for r in caplog.records if "queue (64) is full" in r.getMessage()]
+    assert len(full) == 1
+    assert any("lost" in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records)
+
+
+@pytest.mark.parametrize(
+    ("strategy", "extra", "exporting_ranks"),
+    [
+        ("single_rank", {}, [0]),
+        ("single_rank", {"export_rank": 2}, [2]),
+        ("all_ranks", {}, [0, 1, 2, 3]),
+        ("sampled", {"export_sample_rate": 0.0}, [0]),
+        ("sampled", {"export_sample_rate": 1.0}, [0, 1, 2, 3]),
+    ],
+)
+def test_export_strategies(strategy, extra, exporting_ranks):
+    s = load_settings({"export_strategy": strategy, **extra}, env={})
+    assert [r for r in range(4) if export.should_export(s, r, 4)] == exporting_ranks
+
+
+def test_sampled_is_stable_for_a_run_and_near_its_rate():
+    s = load_settings(
+        {"export_strategy": "sampled", "export_sample_rate": 0.25, "run_id": "r"}, env={}
+    )
+    picked = [r for r in range(1, 2001) if export.should_export(s, r, 2001)]
+    assert picked == [r for r in range(1, 2001) if export.should_export(s, r, 2001)]
+    assert 400 < len(picked) < 600
+
+
+def test_first_rank_per_node(monkeypatch):
+    s = load_settings(
+        {"export_strategy": "first_rank_per_node", "run_id": f"t{os.getpid()}"}, env={}
+    )
+    assert export.should_export(s, 5, 8, local_rank=0)
+    assert not export.should_export(s, 4, 8, local_rank=1)
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    assert export.should_export(s, 3, 8)
+    monkeypatch.delenv("LOCAL_RANK")
+    monkeypatch.delenv("SLURM_LOCALID", raising=False)
+    code = (
+        "import sys; from spanspec import export, settings as S\n"
+        f"s = S.load_settings({{'export_strategy': 'first_rank_per_node', 'run_id': 'lock{os.getpid()}'}}, env={{}})\n"
+        "print(export.should_export(s, int(sys.argv[1]), 2)); sys.stdout.flush(); sys.stdin.read()\n"
+    )
+    first = subprocess.Popen(
+        [sys.executable, "-c", code, "0"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert first.stdout.readline().strip() == "True"
+    second = subprocess.run(
+        [sys.executable, "-c", code, "1"], input="", capture_output=True, text=True
+    )
+    first.communicate("")
+    assert second.stdout.strip() == "False"
+
+
+def test_not_exporting_builds_nothing_and_imports_no_sdk(clean_env):
+    code = textwrap.dedent(
+        """
+        import sys
+        from spanspec import export
+        from spanspec.settings import load_settings
+        h = export.setup(load_settings({"export_strategy": "single_rank"}, env={}), rank=3, world_size=4)
+        off = export.setup(load_settings({"enabled": False}, env={}))
+        print(h.is_exporting, off.is_exporting, off.reason, "opentelemetry.sdk" in sys.modules)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert out.stdout.split() == ["False", "False", "telemetry", "disabled", "False"], out.stderr
+
+
+def test_bad_otlp_protocol_is_a_configuration_error(clean_env):
+    clean_env.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/json")
+    with pytest.raises(SettingsError, match="OTEL_EXPORTER_OTLP_TRACES_PROTOCOL='http/json'"):
+        export.setup(load_settings({"exporter": "otlp"}, env={}), register_atexit=False)
+
+
+def test_otlp_endpoint_follows_the_standard_variables():
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318/"}
+    assert export.otlp_endpoint("traces", "http/protobuf", env) == "http://c:4318/v1/traces"
+    assert export.otlp_endpoint("metrics", "grpc", env) == "http://c:4318/"
+    env["OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"] = "http://m:1/x"
+    assert export.otlp_endpoint("metrics", "http/protobuf", env) == "http://m:1/x"
+    assert (
+        export.otlp_protocol("logs", {"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"})
+        == "http/protobuf"
+    )
+    assert export.otlp_protocol("logs", {}) == "grpc"
+
+
+def test_resource_names_scheduler_and_kubernetes_ids():
+    env = {
+        "SLURM_JOB_ID": "77",
+        "SLURM_PROCID": "3",
+        "KUBERNETES_SERVICE_HOST": "10.0.0.1",
+        "POD_NAME": "trainer-0",
+        "POD_NAMESPACE": "rl",
+    }
+    attrs = export.base_resource_attributes(Settings(service_name="svc"), env)
+    assert attrs["service.name"] == "svc" and attrs["process.pid"] == os.getpid()
+    assert attrs["slurm.job.id"] == "77" and attrs["slurm.proc.id"] == "3"
+    assert attrs["k8s.pod.name"] == "trainer-0" and attrs["k8s.namespace.name"] == "rl"
+    assert not any(k.startswith("k8s.") for k in export.base_resource_attributes(Settings(), {}))
+
+
+IDS = textwrap.dedent(
+    """
+    import random, sys
+    random.seed(1234)
+    from spanspec import export
+    from spanspec.settings import load_settings
+    s = load_settings({"file_dir": sys.argv[1], "metrics_enabled": False}, env={})
+    h = export.setup(s, register_atexit=False)
+    tracer = h.tracer_provider.get_tracer("t")
+    for _ in range(5):
+        span = tracer.start_span("x"); span.end()
+        c = span.get_span_context()
+        print(f"{c.trace_id:032x} {c.span_id:016x}")
+    h.shutdown(5)
+    """
+)
+
+
+def test_ids_differ_across_processes_that_seed_random_alike(tmp_path):
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", IDS, str(tmp_path / str(i))],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+        )
+        for i in range(2)
+    ]
+    ids = [set(r.stdout.split()) for r in runs]
+    assert all(len(i) == 10 for i in ids), [r.stderr for r in runs]
+    assert not ids[0] & ids[1]
+
+
+KILLED = textwrap.dedent(
+    """
+    import sys, time
+    import spanspec
+    from spanspec import export
+    from spanspec.settings import load_settings
+    h = export.setup(load_settings({"file_dir": sys.argv[1], "metrics_enabled": False}, env={}))
+    spanspec.activate(spanspec.load(), "all", tracer_provider=h.tracer_provider, env_var=None)
+    i = 0
+    while True:
+        for _ in range(200):
+            with spanspec.span("rl.worker.train_microbatch", **{"rl.micro_batch": i}):
+                i += 1
+        h.force_flush(5)
+    """
+)
+
+
+def test_files_stay_valid_when_the_process_is_killed(tmp_path):
+    child = subprocess.Popen([sys.executable, "-c", KILLED, str(tmp_path)], cwd=REPO)
+    path = tmp_path / "traces.jsonl"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and (not path.exists() or path.read_text().count("\n") < 5):
+        time.sleep(0.05)
+    child.send_signal(signal.SIGKILL)
+    child.wait(10)
+    text = path.read_text()
+    complete = text.split("\n")[:-1]  # anything after the last newline is the one torn line
+    assert len(complete) >= 5
+    for line in complete:
+        assert json.loads(line)["resourceSpans"]
+
+
+def test_concurrent_shutdowns_share_one_result(clean_env, spec, tmp_path):
+    import threading
+
+    handle = start(load_settings({"file_dir": str(tmp_path)}, env={}), spec)
+    results = []
+    threads = [
+        threading.Thread(target=lambda: results.append(handle.shutdown(5))) for _ in range(3)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert len(results) == 3 and all(r is results[0] for r in results)

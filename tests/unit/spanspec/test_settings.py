@@ -1,0 +1,161 @@
+"""Settings: NEMO_RL_OTEL_* over NEMO_LENS_* over the mapping over defaults, each with its source."""
+
+from __future__ import annotations
+
+import pytest
+
+from spanspec.settings import FIELDS, Settings, SettingsError, load_settings
+
+
+def test_defaults_name_their_source():
+    s = load_settings(env={})
+    assert (s.enabled, s.span_groups, s.export_strategy, s.exporter) == (
+        True,
+        "default",
+        "single_rank",
+        "file",
+    )
+    assert s.sources["enabled"] == "default"
+    assert s.sources["exporter"] == "default (auto: no OTLP endpoint is set)"
+    assert [name for name, _, _ in s.items()] == [f.name for f in FIELDS]
+
+
+def test_env_beats_mapping_beats_default():
+    env = {"NEMO_RL_OTEL_EXPORTER": "console"}
+    s = load_settings({"exporter": "file", "span_groups": "per_step"}, env=env)
+    assert s.exporter == "console"
+    assert s.sources["exporter"] == "env NEMO_RL_OTEL_EXPORTER"
+    assert s.span_groups == "per_step"
+    assert s.sources["span_groups"] == "config telemetry.span_groups"
+    assert s.sources["export_rank"] == "default"
+
+
+def test_nemo_lens_is_the_fallback_prefix():
+    s = load_settings({"span_groups": "default"}, env={"NEMO_LENS_SPAN_GROUPS": "all"})
+    assert (s.span_groups, s.sources["span_groups"]) == ("all", "env NEMO_LENS_SPAN_GROUPS")
+    both = {"NEMO_LENS_SPAN_GROUPS": "all", "NEMO_RL_OTEL_SPAN_GROUPS": "per_step"}
+    s = load_settings(env=both)
+    assert (s.span_groups, s.sources["span_groups"]) == ("per_step", "env NEMO_RL_OTEL_SPAN_GROUPS")
+
+
+def test_prefixes_are_parameters():
+    s = load_settings(env={"MYAPP_ENABLED": "false"}, prefix="MYAPP_", fallback_prefix=None)
+    assert s.enabled is False and s.sources["enabled"] == "env MYAPP_ENABLED"
+
+
+def test_empty_variable_counts_as_unset():
+    s = load_settings({"export_rank": 2}, env={"NEMO_RL_OTEL_EXPORT_RANK": "  "})
+    assert s.export_rank == 2
+
+
+def test_otel_sdk_disabled_turns_everything_off():
+    s = load_settings(
+        {"enabled": True}, env={"OTEL_SDK_DISABLED": "true", "NEMO_RL_OTEL_ENABLED": "1"}
+    )
+    assert s.enabled is False
+    assert s.sources["enabled"] == "env OTEL_SDK_DISABLED"
+    assert load_settings(env={"OTEL_SDK_DISABLED": "false"}).enabled is True
+
+
+def test_otel_service_name_is_read_after_the_prefixes():
+    assert load_settings(env={"OTEL_SERVICE_NAME": "svc"}).service_name == "svc"
+    s = load_settings(env={"OTEL_SERVICE_NAME": "svc", "NEMO_RL_OTEL_SERVICE_NAME": "mine"})
+    assert s.service_name == "mine"
+
+
+def test_auto_exporter_is_otlp_when_an_endpoint_is_set():
+    s = load_settings(env={"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:4318/v1/traces"})
+    assert s.exporter == "otlp"
+    assert "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set" in s.sources["exporter"]
+    assert (
+        load_settings({"exporter": "file"}, env={"OTEL_EXPORTER_OTLP_ENDPOINT": "x"}).exporter
+        == "file"
+    )
+
+
+def test_exporter_lists_and_none():
+    s = load_settings({"exporter": "OTLP, file,otlp"}, env={})
+    assert s.exporter == "otlp,file" and s.exporters == ("otlp", "file")
+    assert load_settings({"exporter": "none"}, env={}).exporters == ()
+
+
+def test_yaml_types_and_lists():
+    s = load_settings(
+        {"enabled": False, "span_groups": ["per_step", "-generation"], "run_id": 1234}, env={}
+    )
+    assert s.enabled is False and s.span_groups == "per_step,-generation" and s.run_id == "1234"
+
+
+@pytest.mark.parametrize(
+    ("var", "value", "allowed"),
+    [
+        (
+            "NEMO_RL_OTEL_ENABLED",
+            "maybe",
+            "expected a boolean (true, false, 1, 0, yes, no, on, off)",
+        ),
+        ("NEMO_RL_OTEL_LOGS_ENABLED", "2", "expected a boolean"),
+        ("NEMO_RL_OTEL_EXPORTER", "kafka", "otlp, console, file, none"),
+        ("NEMO_RL_OTEL_EXPORTER", "auto,file", "cannot be combined"),
+        (
+            "NEMO_RL_OTEL_EXPORT_STRATEGY",
+            "random",
+            "single_rank, all_ranks, first_rank_per_node, sampled",
+        ),
+        ("NEMO_RL_OTEL_EXPORT_SAMPLE_RATE", "2", "expected a number between 0.0 and 1.0"),
+        ("NEMO_RL_OTEL_EXPORT_SAMPLE_RATE", "half", "expected a number between 0.0 and 1.0"),
+        ("NEMO_RL_OTEL_EXPORT_RANK", "-1", "expected an integer >= 0"),
+        ("NEMO_RL_OTEL_EXPORT_RANK", "1.5", "expected an integer >= 0"),
+        ("NEMO_RL_OTEL_SHUTDOWN_TIMEOUT_S", "0", "expected a number > 0.0"),
+        ("NEMO_LENS_ENABLED", "sure", "expected a boolean"),
+    ],
+)
+def test_a_malformed_variable_names_itself_its_value_and_what_is_allowed(var, value, allowed):
+    with pytest.raises(SettingsError) as info:
+        load_settings(env={var: value})
+    message = str(info.value)
+    assert f"{var}={value!r}" in message
+    assert allowed in message
+
+
+def test_a_near_miss_gets_a_suggestion():
+    with pytest.raises(SettingsError, match="did you mean 'sampled'"):
+        load_settings(env={"NEMO_RL_OTEL_EXPORT_STRATEGY": "sampeld"})
+
+
+def test_every_problem_is_reported_at_once():
+    env = {"NEMO_RL_OTEL_ENABLED": "maybe", "NEMO_RL_OTEL_EXPORT_SAMPLE_RATE": "2"}
+    with pytest.raises(SettingsError) as info:
+        load_settings({"exporterr": "file", "export_rank": "x"}, env=env)
+    problems = info.value.problems
+    assert len(problems) == 4
+    assert any(
+        "telemetry.exporterr: unknown setting (did you mean 'exporter'?)" in p for p in problems
+    )
+    assert any(p.startswith("telemetry.export_rank='x'") for p in problems)
+
+
+def test_mapping_values_are_checked_too():
+    with pytest.raises(SettingsError, match=r"telemetry.export_sample_rate=2: expected a number"):
+        load_settings({"export_sample_rate": 2}, env={})
+
+
+def test_to_env_round_trips():
+    s = load_settings({"exporter": "console", "run_id": "abc", "export_sample_rate": 0.5}, env={})
+    env = s.to_env()
+    assert env["NEMO_RL_OTEL_ENABLED"] == "true" and "NEMO_RL_OTEL_USER_ID" not in env
+    again = load_settings(env=env)
+    assert [(n, v) for n, v, _ in again.items()] == [(n, v) for n, v, _ in s.items()]
+    assert again.sources["run_id"] == "env NEMO_RL_OTEL_RUN_ID"
+
+
+def test_with_values_parses_and_records_the_source():
+    s = Settings().with_values("generated", run_id="r1")
+    assert s.run_id == "r1" and s.sources["run_id"] == "generated"
+    with pytest.raises(SettingsError, match="unknown setting"):
+        Settings().with_values("x", nope=1)
+
+
+def test_format_table_lists_value_and_source():
+    table = load_settings(env={"NEMO_RL_OTEL_EXPORT_RANK": "3"}).format_table()
+    assert "export_rank" in table and "env NEMO_RL_OTEL_EXPORT_RANK" in table
