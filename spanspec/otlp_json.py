@@ -296,6 +296,8 @@ def read_traces(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
     return result
 
 
-def read_spans(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> list[SpanRecord]:
+def read_spans(
+    paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
+) -> list[SpanRecord]:
     """Return the spans of trace files, skipping what cannot be read (see :func:`read_traces`)."""
     return read_traces(paths).spans

@@ -18,7 +18,9 @@ def group_normalized_advantages(
     ``group_size``.
     """
     if rewards.dim() != 1 or rewards.numel() % group_size:
-        raise ValueError(f"rewards of shape {tuple(rewards.shape)} do not split into groups of {group_size}")
+        raise ValueError(
+            f"rewards of shape {tuple(rewards.shape)} do not split into groups of {group_size}"
+        )
     grouped = rewards.float().view(-1, group_size)
     centred = grouped - grouped.mean(dim=1, keepdim=True)
     if normalize_std and group_size > 1:

@@ -22,8 +22,8 @@ class ClippedPGLossConfig(BaseModel):
     """The probability ratio is clipped below at ``1 - ratio_clip_min``."""
     ratio_clip_max: float = 0.2
     """The probability ratio is clipped above at ``1 + ratio_clip_max``."""
-    reference_policy_kl_penalty: float = 0.01
-    """Weight of the KL(policy || reference) term."""
+    reference_policy_kl_penalty: float = 0.05
+    """Weight of the KL(policy || reference) term; from a random reference it also keeps entropy up."""
 
 
 def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:

@@ -38,7 +38,9 @@ class CharTokenizer:
         try:
             ids = [self._id_of[c] for c in text]
         except KeyError as e:
-            raise ValueError(f"character {e.args[0]!r} is not in the alphabet {self.chars!r}") from None
+            raise ValueError(
+                f"character {e.args[0]!r} is not in the alphabet {self.chars!r}"
+            ) from None
         if add_bos:
             ids.insert(0, self.bos_token_id)
         if add_eos:

@@ -7,7 +7,13 @@ from typing import Any
 
 import ray
 
-__all__ = ["TELEMETRY_ENV_PREFIXES", "in_ray_actor", "init_ray", "spawn_actor", "telemetry_env_vars"]
+__all__ = [
+    "TELEMETRY_ENV_PREFIXES",
+    "in_ray_actor",
+    "init_ray",
+    "spawn_actor",
+    "telemetry_env_vars",
+]
 
 # Workers inherit telemetry through env: init_telemetry_driver writes NEMO_RL_OTEL_* before Ray
 # starts, and OTEL_* are the SDK's own variables (endpoints, headers, resource attributes).
@@ -44,13 +50,15 @@ def init_ray(num_cpus: int = 4, address: str | None = None) -> dict[str, Any]:
     return ray.cluster_resources()
 
 
-def spawn_actor(cls: type, *args: Any, num_cpus: float = 1.0, **kwargs: Any) -> Any:
+def spawn_actor(
+    cls: type, *args: Any, num_cpus: float = 1.0, num_gpus: float = 0.0, **kwargs: Any
+) -> Any:
     """Returns a Ray actor handle for ``cls(*args, **kwargs)`` whose process sees the telemetry env.
 
     The env is read now, not when Ray started, so settings written after ``init_ray`` still reach
     new workers.
     """
-    options: dict[str, Any] = {"num_cpus": num_cpus}
+    options: dict[str, Any] = {"num_cpus": num_cpus, "num_gpus": num_gpus}
     env_vars = telemetry_env_vars()
     if env_vars:
         options["runtime_env"] = {"env_vars": env_vars}

@@ -39,14 +39,15 @@ def carries_trace(fn: F) -> F:
     if inspect.iscoroutinefunction(fn):
 
         @functools.wraps(fn)
-        async def async_wrapper(*args: Any, _trace_carrier: dict[str, str] | None = None, **kw: Any):
+        async def async_wrapper(
+            *args: Any, _trace_carrier: dict[str, str] | None = None, **kw: Any
+        ):
             if not _trace_carrier:
                 return await fn(*args, **kw)
             with propagate.attached(_trace_carrier):
                 return await fn(*args, **kw)
 
-        async_wrapper.__carries_trace__ = True  # type: ignore[attr-defined]
-        return async_wrapper  # type: ignore[return-value]
+        return _mark(async_wrapper, fn)  # type: ignore[return-value]
 
     @functools.wraps(fn)
     def wrapper(*args: Any, _trace_carrier: dict[str, str] | None = None, **kw: Any):
@@ -55,8 +56,23 @@ def carries_trace(fn: F) -> F:
         with propagate.attached(_trace_carrier):
             return fn(*args, **kw)
 
-    wrapper.__carries_trace__ = True  # type: ignore[attr-defined]
-    return wrapper  # type: ignore[return-value]
+    return _mark(wrapper, fn)  # type: ignore[return-value]
+
+
+def _mark(wrapper: Any, fn: Callable[..., Any]) -> Any:
+    # Ray checks call arguments against the signature of inspect.unwrap(method), so the wrapper
+    # must not point back at fn (__wrapped__) and must declare the hidden keyword itself.
+    del wrapper.__wrapped__
+    sig = inspect.signature(fn)
+    params = list(sig.parameters.values())
+    carrier = inspect.Parameter(CARRIER_KWARG, inspect.Parameter.KEYWORD_ONLY, default=None)
+    if params and params[-1].kind is inspect.Parameter.VAR_KEYWORD:
+        params.insert(len(params) - 1, carrier)
+    else:
+        params.append(carrier)
+    wrapper.__signature__ = sig.replace(parameters=params)
+    wrapper.__carries_trace__ = True
+    return wrapper
 
 
 def call(method: Any, *args: Any, **kwargs: Any) -> Any:

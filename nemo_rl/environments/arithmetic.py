@@ -57,7 +57,9 @@ def make_problems(
     random.Random(seed).shuffle(problems)
     n_val = round(len(problems) * val_fraction)
     if n_val < 1 or n_val >= len(problems):
-        raise ValueError(f"val_fraction={val_fraction} leaves an empty split of {len(problems)} problems")
+        raise ValueError(
+            f"val_fraction={val_fraction} leaves an empty split of {len(problems)} problems"
+        )
     return problems[n_val:], problems[:n_val]
 
 

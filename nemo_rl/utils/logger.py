@@ -38,9 +38,15 @@ class Logger:
     def __init__(self, cfg: LoggerConfig, total_steps: int, initial_step: int = 0) -> None:
         os.makedirs(cfg.log_dir, exist_ok=True)
         self.path = os.path.join(cfg.log_dir, "metrics.jsonl")
-        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        self._file = open(self.path, "a", encoding="utf-8")
         self._bar = (
-            tqdm(total=total_steps, initial=initial_step, desc="grpo", file=sys.stderr, dynamic_ncols=True)
+            tqdm(
+                total=total_steps,
+                initial=initial_step,
+                desc="grpo",
+                file=sys.stderr,
+                dynamic_ncols=True,
+            )
             if cfg.tqdm
             else None
         )

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import spanspec
 import torch
 import torch.nn.functional as F
 
+import spanspec
 from nemo_rl.distributed import carries_trace, close_worker, init_worker
 from nemo_rl.models.causal_lm import ModelConfig, build_causal_lm, position_ids_from_mask
 from nemo_rl.models.generation.interface import (

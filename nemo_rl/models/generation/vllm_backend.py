@@ -154,7 +154,10 @@ class VllmGeneration(GenerationInterface):
             completion = out.outputs[0]
             tokens = list(completion.token_ids)
             # logprobs[i] maps token id -> Logprob for position i; the sampled token is always in it.
-            lps = [float(step[tok].logprob) for tok, step in zip(tokens, completion.logprobs, strict=True)]
+            lps = [
+                float(step[tok].logprob)
+                for tok, step in zip(tokens, completion.logprobs, strict=True)
+            ]
             responses.append((tokens, lps))
         result = assemble_output(
             input_ids,

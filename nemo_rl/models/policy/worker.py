@@ -6,13 +6,13 @@ import copy
 import os
 from typing import Any
 
-import spanspec
 import torch
+from pydantic import BaseModel, ConfigDict, Field
 
+import spanspec
 from nemo_rl.algorithms.loss_functions import ClippedPGLossConfig, clipped_pg_loss
 from nemo_rl.distributed import carries_trace, close_worker, init_worker
 from nemo_rl.models.causal_lm import ModelConfig, build_causal_lm, token_logprobs
-from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = ["PolicyConfig", "PolicyWorker"]
 
@@ -26,7 +26,7 @@ class PolicyConfig(BaseModel):
     """Name reported in spans and metrics (``rl.model``, ``gen_ai.request.model``)."""
     model: ModelConfig = Field(default_factory=ModelConfig)
     """Shape of the tiny Llama."""
-    lr: float = 3e-3
+    lr: float = 1e-3
     """AdamW learning rate (after warm-up)."""
     warmup_steps: int = 0
     """Optimiser steps of linear learning-rate warm-up."""
@@ -82,7 +82,14 @@ class PolicyWorker:
         ``kl``, ``clip_fraction``, the mean pre-clip ``grad_norm``, the ``lr`` used and
         ``num_tokens``. Raises ``ValueError`` if a batch key is missing.
         """
-        missing = {"input_ids", "attention_mask", "response_mask", "advantages", "prev_logprobs", "ref_logprobs"} - batch.keys()
+        missing = {
+            "input_ids",
+            "attention_mask",
+            "response_mask",
+            "advantages",
+            "prev_logprobs",
+            "ref_logprobs",
+        } - batch.keys()
         if missing:
             raise ValueError(f"train batch is missing {sorted(missing)}")
         self.model.train()
@@ -100,7 +107,11 @@ class PolicyWorker:
                 mb = {k: v[m_start : m_start + mbs] for k, v in mini.items()}
                 with spanspec.span(
                     "rl.worker.train_microbatch",
-                    **{"rl.micro_batch": micro, "rl.batch_size": mb["input_ids"].shape[0], "rl.worker.rank": self.rank},
+                    **{
+                        "rl.micro_batch": micro,
+                        "rl.batch_size": mb["input_ids"].shape[0],
+                        "rl.worker.rank": self.rank,
+                    },
                 ):
                     loss, stats = self._micro_batch_loss(mb)
                     (loss / n_tokens).backward()
@@ -111,7 +122,9 @@ class PolicyWorker:
                 totals["tokens"] += float(mb["response_mask"].sum())
                 micro += 1
             with spanspec.span("rl.worker.optimizer_step", **{"rl.worker.rank": self.rank}):
-                grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
+                grad_norm = torch.nn.utils.clip_grad_norm_(
+                    self.model.parameters(), self.cfg.max_grad_norm
+                )
                 lrs.append(self.optimizer.param_groups[0]["lr"])
                 self.optimizer.step()
                 self.scheduler.step()
@@ -129,8 +142,12 @@ class PolicyWorker:
             "num_optimizer_steps": float(len(grad_norms)),
         }
 
-    def _micro_batch_loss(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        logprobs = token_logprobs(self.model, mb["input_ids"], mb["attention_mask"], self.temperature)
+    def _micro_batch_loss(
+        self, mb: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        logprobs = token_logprobs(
+            self.model, mb["input_ids"], mb["attention_mask"], self.temperature
+        )
         return clipped_pg_loss(
             logprobs,
             mb["prev_logprobs"],
@@ -153,11 +170,17 @@ class PolicyWorker:
         """Returns ``[B, T]`` log-probs of ``batch["input_ids"]`` under the frozen reference policy."""
         return self._logprobs(self.reference, batch, "reference")
 
-    def _logprobs(self, model: torch.nn.Module, batch: dict[str, torch.Tensor], group: str) -> torch.Tensor:
+    def _logprobs(
+        self, model: torch.nn.Module, batch: dict[str, torch.Tensor], group: str
+    ) -> torch.Tensor:
         ids, mask = batch["input_ids"], batch["attention_mask"]
         with spanspec.span(
             "rl.worker.logprob",
-            **{"rl.batch_size": ids.shape[0], "rl.worker.group": group, "rl.worker.rank": self.rank},
+            **{
+                "rl.batch_size": ids.shape[0],
+                "rl.worker.group": group,
+                "rl.worker.rank": self.rank,
+            },
         ):
             step = self.cfg.logprob_batch_size
             chunks = [

@@ -1,0 +1,100 @@
+"""Telemetry overhead on the tiny GRPO job: off vs per_step, alternating, side by side.
+
+    python bench/bench_grpo.py [--steps 30] [--repeats 3]
+
+Each run is a fresh ``examples/run_grpo.py`` process (telemetry is decided once per process).
+``step s`` sums the loop's own per-step timings from ``metrics.jsonl`` (measured the same way
+whether telemetry is on or off); ``wall s`` is the whole process, Ray start-up included. The
+target is a step-time ratio (per_step / off) below 1.02.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MODES = {
+    "off": ["telemetry.enabled=false"],
+    "per_step": [
+        "telemetry.enabled=true",
+        "telemetry.exporter=file",
+        "telemetry.span_groups=per_step",
+    ],
+}
+
+
+def run_once(mode: str, steps: int, folder: Path) -> tuple[float, float]:
+    """Runs the job once; returns ``(sum of step seconds, wall seconds)``. Raises on failure."""
+    log_dir = folder / f"{mode}_{time.monotonic_ns()}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NEMO_RL_OTEL_", "NEMO_LENS_"))}
+    cmd = [
+        sys.executable,
+        "examples/run_grpo.py",
+        f"logger.log_dir={log_dir}",
+        "logger.tqdm=false",
+        f"grpo.max_steps={steps}",
+        "grpo.val_period=0",
+        "grpo.val_at_start=false",
+        "checkpointing.enabled=false",
+        *MODES[mode],
+    ]
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise RuntimeError(f"{mode} run failed:\n{proc.stderr[-3000:]}")
+    rows = [json.loads(line) for line in (log_dir / "metrics.jsonl").read_text().splitlines()]
+    step_s = sum(r["timing/rl.grpo.step"] for r in rows if "timing/rl.grpo.step" in r)
+    return step_s, wall
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Prints the table and the ratio; returns 0."""
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+    results: dict[str, list[tuple[float, float]]] = {m: [] for m in MODES}
+    with tempfile.TemporaryDirectory(prefix="bench_grpo_") as tmp:
+        for i in range(args.repeats):
+            # Alternate the order so drift (thermal, page cache) does not favour one mode.
+            order = list(MODES) if i % 2 == 0 else list(reversed(MODES))
+            for mode in order:
+                step_s, wall = run_once(mode, args.steps, Path(tmp))
+                results[mode].append((step_s, wall))
+                print(
+                    f"  run {i + 1}/{args.repeats} {mode:9} step {step_s:7.2f} s  wall {wall:7.2f} s",
+                    flush=True,
+                )
+
+    print(
+        f"\n{'mode':10} {'runs':>4} {'step s (median)':>16} {'per step ms':>12} {'wall s (median)':>16}"
+    )
+    med = {}
+    for mode, rs in results.items():
+        step_med = statistics.median(r[0] for r in rs)
+        wall_med = statistics.median(r[1] for r in rs)
+        med[mode] = (step_med, wall_med)
+        print(
+            f"{mode:10} {len(rs):4d} {step_med:16.2f} {1000 * step_med / args.steps:12.1f} {wall_med:16.2f}"
+        )
+    step_ratio = med["per_step"][0] / med["off"][0]
+    wall_ratio = med["per_step"][1] / med["off"][1]
+    print(
+        f"\nper_step / off: step time {step_ratio:.3f}, wall time {wall_ratio:.3f}  (target < 1.02)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

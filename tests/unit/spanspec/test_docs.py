@@ -1,0 +1,86 @@
+"""spanspec.docs: the Markdown reference, and the freshness of the committed copy."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import spanspec
+from spanspec.docs import render_reference
+from spanspec.schema import json_schema
+
+REPO = Path(__file__).resolve().parents[3]
+REFERENCE = REPO / "docs" / "observability" / "reference.md"
+SCHEMA = REPO / "schemas" / "span_groups.schema.json"
+
+
+@pytest.fixture(scope="module")
+def spec() -> spanspec.Spec:
+    return spanspec.load()
+
+
+@pytest.fixture(scope="module")
+def text(spec) -> str:
+    return render_reference(spec)
+
+
+def test_the_committed_reference_is_fresh(text):
+    assert REFERENCE.read_text(encoding="utf-8") == text, (
+        "docs/observability/reference.md is out of date: run "
+        "`spanspec docs --out docs/observability`"
+    )
+
+
+def test_the_committed_json_schema_is_fresh():
+    assert SCHEMA.read_text(encoding="utf-8") == json.dumps(json_schema(), indent=2) + "\n", (
+        "schemas/span_groups.schema.json is out of date: run "
+        "`spanspec schema --out schemas/span_groups.schema.json`"
+    )
+
+
+def test_every_group_preset_attribute_template_and_metric_is_listed(spec, text):
+    sections = [line for line in text.splitlines() if line.startswith("## ")]
+    assert sections == [
+        "## Groups",
+        "## Presets",
+        "## Attributes",
+        "## Spans",
+        "## Spans per algorithm",
+        "## Metrics",
+    ]
+    rows = {line.split(" | ")[0].removeprefix("| ") for line in text.splitlines() if line.startswith("| `")}
+    assert {f"`{g}`" for g in spec.groups} <= rows
+    assert {f"`{p}`" for p in spec.presets} <= rows
+    assert {f"`{a}`" for a in spec.attributes} <= rows
+    assert {f"`{e.template}`" for e in spec.spans.values()} <= rows
+    assert {f"`{m}`" for m in spec.metrics} <= rows
+
+
+def test_rows_say_what_a_reader_needs(text):
+    lines = text.splitlines()
+    step = next(line for line in lines if line.startswith("| `rl.{algorithm}.step` | `step`"))
+    assert "**`rl.iteration`**" in step and "grpo, async_grpo, ppo" in step
+    matrix = next(line for line in lines if line.startswith("| `rl.{algorithm}.value_update` |") and "✓" in line)
+    assert matrix.count("✓") == 1
+    prompt = next(line for line in lines if line.startswith("| `gen_ai.prompt`"))
+    assert "yes (redacted)" in prompt and "`string[]`" in prompt
+    duration = next(line for line in lines if line.startswith("| `rl.step.duration`"))
+    assert "duration of `rl.{algorithm}.step`" in duration and "histogram" in duration
+
+
+def test_cells_are_escaped_and_the_output_is_deterministic(tmp_path):
+    registry = tmp_path / "r.yaml"
+    registry.write_text(
+        "version: 1\n"
+        "groups:\n  job:\n    description: 'a | b'\n"
+        "spans:\n  - name: rl.run\n    group: job\n    brief: x\n"
+    )
+    spec = spanspec.load(registry)
+    text = render_reference(spec, "r.yaml")
+    assert "| `job` | – | 1 | a \\| b |" in text
+    assert "`all` | (implicit) | every group" in text
+    assert "## Spans per algorithm" not in text
+    assert render_reference(spanspec.load(registry), "r.yaml") == text
+    assert str(tmp_path) not in text

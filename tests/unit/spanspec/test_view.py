@@ -1,0 +1,110 @@
+"""spanspec.view: picking a trace and drawing it as a waterfall."""
+
+from __future__ import annotations
+
+import pytest
+from fixtures.traces import grpo_steps, write_traces
+
+import spanspec
+from spanspec.otlp_json import SpanRecord, read_spans
+from spanspec.view import render_waterfall, select_trace, traces
+
+
+def record(name, span_id, parent=None, start=0, end=10, trace="a" * 32, **attributes):
+    return SpanRecord(
+        name=name,
+        trace_id=trace,
+        span_id=span_id,
+        parent_span_id=parent,
+        start_time_unix_nano=start * 1_000_000,
+        end_time_unix_nano=end * 1_000_000,
+        attributes=attributes,
+    )
+
+
+def test_waterfall_indents_by_depth_and_scales_bars_to_the_trace():
+    spans = [
+        record("rl.grpo.step", "1", start=0, end=100, **{"rl.iteration": 0}),
+        record("rl.grpo.generation", "2", parent="1", start=0, end=50),
+        record("rl.worker.generate", "3", parent="2", start=10, end=40),
+        record("rl.grpo.policy_update", "4", parent="1", start=50, end=100),
+    ]
+    (trace,) = traces(spans)
+    text = render_waterfall(trace, width=10, bar="#")
+    lines = text.splitlines()
+    assert lines[0] == f"trace {'a' * 32}  rl.grpo.step  100.0 ms, 4 spans"
+    assert lines[1:] == [
+        "rl.grpo.step             [##########]    100.0 ms",
+        "  rl.grpo.generation     [#####     ]     50.0 ms",
+        "    rl.worker.generate   [ ###      ]     30.0 ms",
+        "  rl.grpo.policy_update  [     #####]     50.0 ms",
+    ]
+
+
+def test_children_in_start_order_and_orphans_drawn_as_roots():
+    spans = [
+        record("late", "3", parent="1", start=60, end=70),
+        record("root", "1", start=0, end=100),
+        record("early", "2", parent="1", start=5, end=20),
+        record("orphan", "9", parent="404", start=80, end=90),
+    ]
+    (trace,) = traces(spans)
+    assert trace.root_names == ("root", "orphan")
+    names = [line.split("[")[0].rstrip() for line in render_waterfall(trace).splitlines()[1:]]
+    assert names == ["root", "  early", "  late", "orphan"]
+
+
+def test_error_spans_are_marked():
+    failing = SpanRecord("boom", "b" * 32, "1", None, 0, 5_000_000, status_code=2)
+    (trace,) = traces([failing])
+    assert render_waterfall(trace).endswith("ERROR")
+
+
+def test_repeated_ids_do_not_loop():
+    spans = [
+        record("a", "1", start=0, end=10),
+        record("b", "2", parent="1", start=1, end=9),
+        record("c", "1", parent="2", start=2, end=8),  # the same id as its grandparent
+    ]
+    (trace,) = traces(spans)
+    assert len(render_waterfall(trace).splitlines()) == 4
+
+
+def test_select_by_default_step_and_trace_id():
+    spans = [
+        record("rl.grpo.job", "1", trace="0" * 32, start=0, end=1000),
+        record("rl.grpo.step", "2", trace="1" * 32, start=10, end=20, **{"rl.iteration": 0}),
+        record("rl.grpo.step", "3", trace="2" * 32, start=30, end=40, **{"rl.iteration": 1}),
+    ]
+    summaries = traces(spans)
+    assert select_trace(summaries).trace_id == "1" * 32  # the first step, not the job
+    assert select_trace(summaries, step=1).trace_id == "2" * 32
+    assert select_trace(summaries, trace_id="0000").trace_id == "0" * 32
+    with pytest.raises(LookupError, match=r"no step trace with rl.iteration=5; steps in the files: 0, 1"):
+        select_trace(summaries, step=5)
+    with pytest.raises(LookupError, match="matches no trace"):
+        select_trace(summaries, trace_id="f")
+    with pytest.raises(LookupError, match="no spans"):
+        select_trace([])
+    only_job = traces(spans[:1])
+    assert select_trace(only_job).trace_id == "0" * 32
+
+
+def test_a_real_trace_file(tmp_path):
+    path = write_traces(tmp_path, grpo_steps(2), groups="per_step", spec=spanspec.load())
+    summaries = traces(read_spans(path))
+    assert len(summaries) == 2
+    text = render_waterfall(select_trace(summaries, step=1))
+    lines = text.splitlines()
+    assert lines[1].startswith("rl.grpo.step ")
+    assert [line.split("[")[0].strip() for line in lines[1:]] == [
+        "rl.grpo.step",
+        "rl.grpo.data_processing",
+        "rl.grpo.rollout",
+        "rl.grpo.generation",
+        "rl.worker.generate",
+        "rl.grpo.reward",
+        "rl.grpo.policy_update",
+        "rl.worker.train_microbatch",
+    ]
+    assert all(line.endswith(" ms") for line in lines[1:])
