@@ -182,12 +182,45 @@ def _require_spec(args: argparse.Namespace) -> tuple[Spec | None, list[Finding]]
 # -- spanspec check -------------------------------------------------------------------------------
 
 
-def _classify(located: Located) -> str:
-    """``registry``, ``config``, ``other`` (a mapping with neither), from the top-level keys."""
-    data = located.data
-    if not isinstance(data, dict):
-        return "registry"  # empty or not a mapping: the registry loader says what is wrong
-    keys = {str(k) for k in data}
+def _classify(path: str) -> str:
+    """What a YAML file is, from its top-level keys, without building it.
+
+    Returns ``config`` (a ``telemetry`` key), ``registry`` (a registry section), ``other`` (a
+    mapping with neither) or ``broken`` (unreadable, invalid, empty, or not one mapping), read
+    with the event parser so a large registry is not built twice.
+    """
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    stack: list[list[Any]] = []  # [kind, next scalar is a key] per open container
+    keys: set[str] = set()
+    documents = 0
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+        for event in yaml.parse(text, Loader=loader):
+            if isinstance(event, yaml.DocumentStartEvent):
+                documents += 1
+                if documents > 1:
+                    return "broken"
+            elif isinstance(event, yaml.MappingStartEvent | yaml.SequenceStartEvent):
+                if not stack and isinstance(event, yaml.SequenceStartEvent):
+                    return "broken"
+                if stack and stack[-1][0] == "map":
+                    stack[-1][1] = not stack[-1][1]
+                stack.append(["map" if isinstance(event, yaml.MappingStartEvent) else "seq", True])
+            elif isinstance(event, yaml.MappingEndEvent | yaml.SequenceEndEvent):
+                stack.pop()
+            elif isinstance(event, yaml.ScalarEvent | yaml.AliasEvent):
+                if not stack:
+                    return "broken"
+                if len(stack) == 1 and stack[0][1] and isinstance(event, yaml.ScalarEvent):
+                    keys.add(event.value)
+                if stack[-1][0] == "map":
+                    stack[-1][1] = not stack[-1][1]
+    except (OSError, UnicodeDecodeError, RecursionError, yaml.YAMLError):
+        return "broken"
+    if not keys:  # empty, or an empty mapping
+        return "broken"
     if _CONFIG_KEY in keys:
         return "config"
     if keys & set(_REGISTRY_KEYS):
@@ -259,6 +292,15 @@ def _check_config(located: Located, spec: Spec | None) -> list[Finding]:
             continue
         if value is None:
             continue
+        if isinstance(value, str) and "${" in value:
+            add(
+                "config.interpolated",
+                f"{_CONFIG_KEY}.{name}={value!r}: an interpolation, resolved only when the config "
+                "is loaded; not checked",
+                located.position(loc),
+                level="information",
+            )
+            continue
         try:
             spec_field.parse(value)
         except ValueError as exc:
@@ -313,17 +355,22 @@ def _cmd_check(args: argparse.Namespace) -> int:
     findings: list[Finding] = []
     registries: list[str] = []
     configs: list[Located] = []
-    for file in args.files:
-        name = _display(file) if Path(file).exists() else file
+    files = _yaml_files(args.files, findings)
+    for file in files:
+        kind = _classify(file)
+        if kind == "registry":
+            registries.append(file)
+            continue
+        if kind == "broken":  # the loader says what is wrong, as it would for a registry
+            findings.extend(_load_registry(file).findings)
+            continue
+        name = _display(file)
         try:
             located = _guarded(name, lambda: parse_yaml(name))  # noqa: B023 - called at once
         except SpecError as exc:
             findings.extend(exc.findings)
             continue
-        kind = _classify(located)
-        if kind == "registry":
-            registries.append(file)
-        elif kind == "config":
+        if kind == "config":
             configs.append(located)
         else:
             findings.extend(_other_file(located))
@@ -366,12 +413,40 @@ def _cmd_check(args: argparse.Namespace) -> int:
     elif args.require_used:
         raise UsageError("--require-used needs --code DIR")
 
-    given = [_display(f) if Path(f).exists() else f for f in args.files]
+    given = [_display(f) if Path(f).exists() else f for f in files]
     files = list(dict.fromkeys([*given, *checked]))
     summary: dict[str, Any] = {"registry": main.path, "files": files}
     if main.spec is not None:
         summary["spans"] = len(main.spec.spans)
     return _emit(findings, args, title="spanspec check", summary=summary)
+
+
+def _yaml_files(paths: Sequence[str], findings: list[Finding]) -> list[str]:
+    """Files as given; a folder stands for the ``.yaml``/``.yml`` files under it."""
+    out: list[str] = []
+    for given in paths:
+        folder = Path(given)
+        if not folder.is_dir():
+            out.append(given)
+            continue
+        found = sorted(
+            str(p)
+            for pattern in ("*.yaml", "*.yml")
+            for p in folder.rglob(pattern)
+            if p.is_file()
+            and not any(part.startswith(".") for part in p.relative_to(folder).parts[:-1])
+        )
+        if not found:
+            findings.append(
+                Finding(
+                    "file.no_yaml",
+                    "the folder holds no .yaml or .yml files",
+                    level="information",
+                    file=_display(given),
+                )
+            )
+        out.extend(found)
+    return out
 
 
 def _same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:

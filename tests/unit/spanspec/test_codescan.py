@@ -53,7 +53,10 @@ def test_declared_literal_names_pass(spec):
 
 
 def test_undeclared_name_points_at_the_argument_with_a_suggestion(spec):
-    f = only(check(spec, 'x = 1\nwith timer.span(\n    "rl.grpo.stpe"):\n    pass\n'), "code.undeclared_span")
+    f = only(
+        check(spec, 'x = 1\nwith timer.span(\n    "rl.grpo.stpe"):\n    pass\n'),
+        "code.undeclared_span",
+    )
     assert (f.file, f.line, f.col, f.level) == ("mod.py", 3, 5, "violation")
     assert f.message == (
         "span(): span 'rl.grpo.stpe' is not declared in the registry (did you mean 'rl.grpo.step'?)"
@@ -102,7 +105,10 @@ def test_f_strings_stand_for_the_names_they_match(spec):
     """
     findings = check(spec, code)
     info = only(findings, "code.templated_name")
-    assert info.level == "information" and "can stand for 1 declared span(s): rl.ppo.value_update" in info.message
+    assert (
+        info.level == "information"
+        and "can stand for 1 declared span(s): rl.ppo.value_update" in info.message
+    )
     bad = only(findings, "code.undeclared_span")
     assert bad.message == 'span(): no declared span matches f"rl.{algo}.no_such_phase"'
     scan = scan_source(textwrap.dedent(code), "mod.py")
@@ -157,9 +163,14 @@ def test_attribute_keys_and_literal_values(spec):
         "(did you mean 'rl.iteration'?)"
     )
     assert by_line[3].id == "code.attribute_type"
-    assert "'rl.iteration' of span 'rl.grpo.step' must be a int, got str 'one'" in by_line[3].message
+    assert (
+        "'rl.iteration' of span 'rl.grpo.step' must be a int, got str 'one'" in by_line[3].message
+    )
     assert by_line[4].id == "code.attribute_value"
-    assert "= 'reinforce' is not one of the declared values: async_grpo, distillation" in by_line[4].message
+    assert (
+        "= 'reinforce' is not one of the declared values: async_grpo, distillation"
+        in by_line[4].message
+    )
     assert by_line[5].id == "code.undeclared_attribute" and "'rank'" in by_line[5].message
 
 
@@ -183,7 +194,9 @@ def test_unused_spans_point_at_their_declaration(spec):
     text = (REPO / "schemas" / "span_groups.yaml").read_text().splitlines()
     assert text[step[0].line - 1].strip() == "- name: rl.{algorithm}.step"
     required = [f for f in unused if f.level == "violation"]
-    assert any("'rl.{algorithm}.rollout'" in f.message and "for: grpo " in f.message for f in required)
+    assert any(
+        "'rl.{algorithm}.rollout'" in f.message and "for: grpo " in f.message for f in required
+    )
     assert all("required by --require-used 'rl.grpo.*'" in f.message for f in required)
 
 
@@ -199,7 +212,11 @@ def test_syntax_errors_and_missing_paths_are_findings(tmp_path):
     (tmp_path / "latin1.py").write_bytes(b"x = '\xe9'\n")
     scan = scan_paths([tmp_path, tmp_path / "missing"])
     ids = sorted((f.id, Path(f.file).name) for f in scan.findings)
-    assert ids == [("code.syntax", "broken.py"), ("file.unreadable", "latin1.py"), ("file.unreadable", "missing")]
+    assert ids == [
+        ("code.syntax", "broken.py"),
+        ("file.unreadable", "latin1.py"),
+        ("file.unreadable", "missing"),
+    ]
     assert scan.calls == []
 
 

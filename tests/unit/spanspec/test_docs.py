@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from spanspec.schema import json_schema
 
 REPO = Path(__file__).resolve().parents[3]
 REFERENCE = REPO / "docs" / "observability" / "reference.md"
+GUIDE = REPO / "docs" / "observability" / "README.md"
 SCHEMA = REPO / "schemas" / "span_groups.schema.json"
 
 
@@ -50,7 +52,11 @@ def test_every_group_preset_attribute_template_and_metric_is_listed(spec, text):
         "## Spans per algorithm",
         "## Metrics",
     ]
-    rows = {line.split(" | ")[0].removeprefix("| ") for line in text.splitlines() if line.startswith("| `")}
+    rows = {
+        line.split(" | ")[0].removeprefix("| ")
+        for line in text.splitlines()
+        if line.startswith("| `")
+    }
     assert {f"`{g}`" for g in spec.groups} <= rows
     assert {f"`{p}`" for p in spec.presets} <= rows
     assert {f"`{a}`" for a in spec.attributes} <= rows
@@ -62,7 +68,11 @@ def test_rows_say_what_a_reader_needs(text):
     lines = text.splitlines()
     step = next(line for line in lines if line.startswith("| `rl.{algorithm}.step` | `step`"))
     assert "**`rl.iteration`**" in step and "grpo, async_grpo, ppo" in step
-    matrix = next(line for line in lines if line.startswith("| `rl.{algorithm}.value_update` |") and "✓" in line)
+    matrix = next(
+        line
+        for line in lines
+        if line.startswith("| `rl.{algorithm}.value_update` |") and "✓" in line
+    )
     assert matrix.count("✓") == 1
     prompt = next(line for line in lines if line.startswith("| `gen_ai.prompt`"))
     assert "yes (redacted)" in prompt and "`string[]`" in prompt
@@ -84,3 +94,16 @@ def test_cells_are_escaped_and_the_output_is_deterministic(tmp_path):
     assert "## Spans per algorithm" not in text
     assert render_reference(spanspec.load(registry), "r.yaml") == text
     assert str(tmp_path) not in text
+
+
+def test_the_user_guide_names_every_setting_and_live_check_finding():
+    from spanspec import livecheck
+    from spanspec.settings import DEFAULT_PREFIX, FIELDS
+
+    guide = GUIDE.read_text(encoding="utf-8")
+    for f in FIELDS:
+        assert f"| `{f.name}` | `{f.env_name(DEFAULT_PREFIX)}` |" in guide, f.name
+    source = Path(livecheck.__file__).read_text()
+    for finding_id in sorted(set(re.findall(r'"(live\.[a-z_]+)"', source))):
+        assert f"`{finding_id}`" in guide, finding_id
+    assert "reference.md" in guide

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from fixtures.traces import grpo_steps, rewrite_lines, write_traces
+from tests.unit.spanspec.fixtures.traces import grpo_steps, rewrite_lines, write_traces
 
 import spanspec
 from spanspec.livecheck import live_check
@@ -38,11 +38,16 @@ def test_reads_what_the_file_exporter_writes(spec, tmp_path):
     assert names.count("rl.grpo.step") == 2 and "rl.worker.generate" in names
     step = next(s for s in read.spans if s.name == "rl.grpo.step")
     assert step.parent_span_id is None and len(step.trace_id) == 32 and len(step.span_id) == 16
-    assert step.attributes == {"rl.iteration": step.attributes["rl.iteration"], "rl.algorithm": "grpo"}
+    assert step.attributes == {
+        "rl.iteration": step.attributes["rl.iteration"],
+        "rl.algorithm": "grpo",
+    }
     assert isinstance(step.attributes["rl.iteration"], int)
     assert step.scope == "spanspec" and step.resource["service.name"] == "spanspec-tests"
     assert step.end_time_unix_nano >= step.start_time_unix_nano
-    child = next(s for s in read.spans if s.name == "rl.grpo.rollout" and s.trace_id == step.trace_id)
+    child = next(
+        s for s in read.spans if s.name == "rl.grpo.rollout" and s.trace_id == step.trace_id
+    )
     assert child.parent_span_id == step.span_id
     assert read_spans([path]) == read.spans
 
@@ -82,7 +87,9 @@ def test_attribute_values():
     assert attribute_value({"boolValue": True}) is True
     assert attribute_value({"stringValue": "x"}) == "x"
     assert attribute_value({"arrayValue": {"values": [{"stringValue": "a"}]}}) == ["a"]
-    assert attribute_value({"kvlistValue": {"values": [{"key": "k", "value": {"intValue": "1"}}]}}) == {"k": 1}
+    assert attribute_value(
+        {"kvlistValue": {"values": [{"key": "k", "value": {"intValue": "1"}}]}}
+    ) == {"k": 1}
     assert attribute_value({}) is None
     with pytest.raises(ValueError):
         attribute_value("3")  # type: ignore[arg-type]
@@ -101,7 +108,9 @@ def test_a_truncated_last_line_is_information_and_the_rest_is_read(spec, tmp_pat
 
 def test_bad_lines_are_violations_with_their_line(tmp_path):
     path = tmp_path / "traces.jsonl"
-    path.write_text('{"resourceSpans": []}\nnot json\n[1, 2]\n{"resourceSpans": [{"scopeSpans": [{"spans": [{"name": "x"}]}]}]}\n{}\n')
+    path.write_text(
+        '{"resourceSpans": []}\nnot json\n[1, 2]\n{"resourceSpans": [{"scopeSpans": [{"spans": [{"name": "x"}]}]}]}\n{}\n'
+    )
     read = read_traces(path)
     lines = {(f.id, f.line) for f in read.findings}
     assert ("otlp.invalid_json", 2) in lines
@@ -155,7 +164,8 @@ def test_undeclared_names_missing_attributes_wrong_types_and_values(spec, tmp_pa
         ):
             pass
         with tracer.start_as_current_span(
-            "rl.vllm.generate_text", attributes={"gen_ai.system": "vllm", "gen_ai.prompt": ["secret"]}
+            "rl.vllm.generate_text",
+            attributes={"gen_ai.system": "vllm", "gen_ai.prompt": ["secret"]},
         ):
             pass
 
@@ -177,7 +187,10 @@ def test_undeclared_names_missing_attributes_wrong_types_and_values(spec, tmp_pa
         "span 'rl.grpo.rollout': required attribute 'rl.iteration' is missing (seen 3 times)"
     )
     assert "'rl.iteration' must be a int, got str 'three'" in messages["live.attribute_type"]
-    assert "'rl.algorithm' = 'reinforce' is not one of the declared values: async_grpo" in messages["live.attribute_value"]
+    assert (
+        "'rl.algorithm' = 'reinforce' is not one of the declared values: async_grpo"
+        in messages["live.attribute_value"]
+    )
     assert "(did you mean 'gen_ai.system'?)" in messages["live.undeclared_attribute"]
     first = by_id(report.findings, "live.undeclared_span")[0]
     assert first.file == str(path) and first.line >= 1
@@ -219,7 +232,11 @@ def test_required_coverage(spec, tmp_path):
     report = live_check(spec, spans, require_coverage={"step": 1.0, "generation": 0.5})
     assert ids(report.findings) == []
     report = live_check(spec, spans, require_coverage={"generation": 1.0, "weight*": 1.0})
-    failed = sorted(f.message.split(" ", 2)[1] for f in report.findings if f.id == "live.coverage" and f.level == "violation")
+    failed = sorted(
+        f.message.split(" ", 2)[1]
+        for f in report.findings
+        if f.id == "live.coverage" and f.level == "violation"
+    )
     assert failed == ["'generation'", "'weight_sync'"]
     assert any("at least 100% required" in f.message for f in report.findings)
 
@@ -233,7 +250,9 @@ def test_other_instrumentation_scopes_are_counted_not_checked(spec, tmp_path):
     report = live_check(spec, read_spans(path))
     assert ids(report.findings) == [] and report.spans_skipped == 1
     assert "vllm.tracing (1)" in by_id(report.findings, "live.other_scopes")[0].message
-    assert ids(live_check(spec, read_spans(path), all_scopes=True).findings) == ["live.undeclared_span"]
+    assert ids(live_check(spec, read_spans(path), all_scopes=True).findings) == [
+        "live.undeclared_span"
+    ]
 
 
 def test_library_attributes_are_not_undeclared(spec, tmp_path):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from fixtures.traces import grpo_steps, write_traces
+from tests.unit.spanspec.fixtures.traces import grpo_steps, write_traces
 
 import spanspec
 from spanspec.otlp_json import SpanRecord, read_spans
@@ -80,7 +80,9 @@ def test_select_by_default_step_and_trace_id():
     assert select_trace(summaries).trace_id == "1" * 32  # the first step, not the job
     assert select_trace(summaries, step=1).trace_id == "2" * 32
     assert select_trace(summaries, trace_id="0000").trace_id == "0" * 32
-    with pytest.raises(LookupError, match=r"no step trace with rl.iteration=5; steps in the files: 0, 1"):
+    with pytest.raises(
+        LookupError, match=r"no step trace with rl.iteration=5; steps in the files: 0, 1"
+    ):
         select_trace(summaries, step=5)
     with pytest.raises(LookupError, match="matches no trace"):
         select_trace(summaries, trace_id="f")
