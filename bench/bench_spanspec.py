@@ -76,7 +76,9 @@ def _import_cost(runs: int) -> tuple[float, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--number", type=int, default=200_000, help="blocks per timing")
     parser.add_argument("--rounds", type=int, default=7, help="timings per case (best is kept)")
     args = parser.parse_args(argv)
@@ -145,11 +147,19 @@ def main(argv: list[str] | None = None) -> int:
     print("-" * 74)
     disabled = max(best[cases[1][0]], best[cases[2][0]]) / floor_ns
     enabled = best[cases[4][0]] / sdk_ns
-    print(f"disabled / floor      {disabled:6.2f}   (target <= 1.50) {'ok' if disabled <= 1.5 else 'MISSED'}")
-    print(f"enabled / raw SDK     {enabled:6.2f}   (target <= 1.10) {'ok' if enabled <= 1.10 else 'MISSED'}")
-    print(f"activate(all)         {activation_ms:6.2f} ms (target < 50) {'ok' if activation_ms < 50 else 'MISSED'}")
+    print(
+        f"disabled / floor      {disabled:6.2f}   (target <= 1.50) {'ok' if disabled <= 1.5 else 'MISSED'}"
+    )
+    print(
+        f"enabled / raw SDK     {enabled:6.2f}   (target <= 1.10) {'ok' if enabled <= 1.10 else 'MISSED'}"
+    )
+    print(
+        f"activate(all)         {activation_ms:6.2f} ms (target < 50) {'ok' if activation_ms < 50 else 'MISSED'}"
+    )
     print(f"load registry         {load_ms:6.1f} ms ({len(spec.spans)} spans)")
-    print(f"import spanspec       {import_ms - python_ms:6.1f} ms over bare python ({python_ms:.0f} ms)")
+    print(
+        f"import spanspec       {import_ms - python_ms:6.1f} ms over bare python ({python_ms:.0f} ms)"
+    )
     return 0
 
 

@@ -169,6 +169,8 @@ def _load_registry(path: str | os.PathLike[str]) -> _Registry:
         registry, located = _guarded(shown, lambda: load_registry(source))
         result.located = located
         result.spec = compile_registry(registry, located)
+        # Improvements of a valid registry, where the compiled Spec keeps them.
+        result.findings = list(getattr(result.spec, "findings", ()))
     except SpecError as exc:
         result.findings = list(exc.findings)
     return result

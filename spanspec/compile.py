@@ -110,6 +110,7 @@ class Spec:
     spans: Mapping[str, SpanEntry]
     metrics: Mapping[str, MetricDef]
     algorithms: tuple[str, ...] = field(default=())
+    findings: tuple[Finding, ...] = field(default=(), compare=False, repr=False)  # improvements
 
     # -- group expressions ----------------------------------------------------------------------
 
@@ -399,6 +400,7 @@ def compile_registry(registry: Registry, located: Located | None = None) -> Spec
         spans=MappingProxyType(spans),
         metrics=MappingProxyType(metrics),
         algorithms=tuple(algorithms),
+        findings=tuple(findings),
     )
 
 

@@ -336,7 +336,10 @@ def _coverage_findings(report: LiveReport, required: Mapping[str, float]) -> lis
             (f for pattern, f in required.items() if fnmatch.fnmatchcase(c.group, pattern)),
             default=None,
         )
-        text = f"group '{c.group}' ({c.state}): {len(c.seen)} of {len(c.declared)} declared spans seen{scope}"
+        if c.declared:
+            text = f"group '{c.group}' ({c.state}): {len(c.seen)} of {len(c.declared)} declared spans seen{scope}"
+        else:
+            text = f"group '{c.group}' ({c.state}): no declared spans{' for the algorithms seen' if scope else ''}{scope}"
         if c.missing and len(c.missing) <= 5:
             text += f"; not seen: {', '.join(c.missing)}"
         elif c.missing:

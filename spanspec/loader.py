@@ -8,6 +8,7 @@ finding names the file, the line of the bad value, the field, and what was expec
 from __future__ import annotations
 
 import os
+import re
 import typing
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,6 +24,8 @@ from spanspec.schema import Registry
 __all__ = ["Located", "load_registry", "parse_yaml", "validation_findings"]
 
 Loc = tuple[str | int, ...]
+# libyaml when PyYAML was built with it: several times faster on large registries.
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @dataclass(frozen=True)
@@ -78,10 +81,11 @@ def _child(node: yaml.Node | None, part: str | int) -> yaml.Node | None:
 
 
 def parse_yaml(path: str | os.PathLike[str], text: str | None = None) -> Located:
-    """Parse a YAML file into data and node positions.
+    """Parse a YAML file (once) into data and node positions.
 
     Raises:
-        SpecError: on a syntax error (with its line and column) or a duplicate mapping key.
+        SpecError: when the file cannot be read or decoded, on a syntax error (with its line and
+            column), on nesting too deep to parse, or on a duplicate mapping key.
     """
     name = str(path)
     if text is None:
@@ -91,41 +95,46 @@ def parse_yaml(path: str | os.PathLike[str], text: str | None = None) -> Located
             raise SpecError(
                 [Finding("file.unreadable", f"cannot read file: {exc.strerror}", file=name)]
             ) from None
+        except UnicodeDecodeError as exc:
+            before = exc.object[: exc.start]
+            line, col = before.count(b"\n") + 1, exc.start - before.rfind(b"\n")
+            message = f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x})"
+            raise SpecError(
+                [Finding("file.unreadable", message, file=name, line=line, col=col)]
+            ) from None
+    loader = _Loader(text)
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = loader.get_single_node()
+        duplicates = list(_duplicate_keys(root))
+        if duplicates:
+            raise SpecError(
+                Finding(
+                    "yaml.duplicate_key",
+                    f"key '{key.value}' appears twice in the same mapping (the first is at line {first.start_mark.line + 1})",
+                    file=name,
+                    line=key.start_mark.line + 1,
+                    col=key.start_mark.column + 1,
+                )
+                for key, first in duplicates
+            )
+        data = loader.construct_document(root) if root is not None else None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
-        problem = exc.problem or str(exc)
-        context = f" {exc.context}" if exc.context else ""
+        problem = " ".join(filter(None, (exc.context, exc.problem))) or str(exc)
         raise SpecError(
-            [
-                Finding(
-                    "yaml.syntax",
-                    f"invalid YAML: {problem}{context}",
-                    file=name,
-                    line=line,
-                    col=col,
-                )
-            ]
+            [Finding("yaml.syntax", f"invalid YAML: {problem}", file=name, line=line, col=col)]
         ) from None
     except yaml.YAMLError as exc:
         raise SpecError(
             [Finding("yaml.syntax", f"invalid YAML: {exc}", file=name, line=1, col=1)]
         ) from None
-    duplicates = list(_duplicate_keys(root))
-    if duplicates:
+    except RecursionError:
         raise SpecError(
-            Finding(
-                "yaml.duplicate_key",
-                f"key '{key.value}' appears twice in the same mapping (the first is at line {first.start_mark.line + 1})",
-                file=name,
-                line=key.start_mark.line + 1,
-                col=key.start_mark.column + 1,
-            )
-            for key, first in duplicates
-        )
-    data = yaml.SafeLoader(text).get_single_data() if root is not None else None
+            [Finding("yaml.too_deep", "YAML nested too deeply to parse", file=name, line=1, col=1)]
+        ) from None
+    finally:
+        loader.dispose()
     return Located(name, data, root)
 
 
@@ -177,7 +186,12 @@ def validation_findings(
         else:
             got = error.get("input")
             shown = "" if isinstance(got, dict | list) else f", got {got!r}"
-            message = f"{field}: {error['msg']}{shown}"
+            hint = ""
+            if kind == "enum" and isinstance(got, str):
+                hint = did_you_mean(
+                    got, re.findall(r"'([^']*)'", str(error.get("ctx", {}).get("expected", "")))
+                )
+            message = f"{field}: {error['msg']}{shown}{hint}"
         findings.append(Finding(f"schema.{kind}", message, file=located.path, line=line, col=col))
     return findings
 

@@ -65,8 +65,9 @@ def traces(spans: Iterable[SpanRecord]) -> list[TraceSummary]:
 def select_trace(
     summaries: Sequence[TraceSummary], trace_id: str | None = None, step: int | None = None
 ) -> TraceSummary:
-    """Pick a trace: by id (a unique prefix is enough), by the step's ``rl.iteration``, or the
-    first whose root matches :data:`STEP_PATTERN` (else the first trace).
+    """Pick a trace: by id (a unique prefix is enough), by the step's ``rl.iteration`` (the
+    subtree of that step span when it is not the trace's root), or the first whose root matches
+    :data:`STEP_PATTERN` (else the first trace).
 
     Raises:
         LookupError: with a one-line reason (and the available choices) when nothing matches.
@@ -86,26 +87,49 @@ def select_trace(
         t for t in summaries if any(fnmatch.fnmatchcase(n, STEP_PATTERN) for n in t.root_names)
     ]
     if step is not None:
-        for t in steps:
-            for root in t.roots:
-                if (
-                    fnmatch.fnmatchcase(root.name, STEP_PATTERN)
-                    and root.attributes.get(ITERATION_ATTRIBUTE) == step
-                ):
-                    return t
-        seen = sorted(
-            {
-                r.attributes[ITERATION_ATTRIBUTE]
-                for t in steps
-                for r in t.roots
-                if isinstance(r.attributes.get(ITERATION_ATTRIBUTE), int)
-            }
-        )
+        # A step is usually a root (per_step); under a job span (all, default) it is drawn as
+        # the subtree below that step span.
+        found_steps = [
+            (t, s)
+            for t in summaries
+            for s in t.spans
+            if fnmatch.fnmatchcase(s.name, STEP_PATTERN)
+            and isinstance(s.attributes.get(ITERATION_ATTRIBUTE), int)
+        ]
+        for t, s in found_steps:
+            if s.attributes[ITERATION_ATTRIBUTE] == step:
+                return t if s in t.roots and len(t.roots) == 1 else _subtree(t, s)
+        seen = sorted({s.attributes[ITERATION_ATTRIBUTE] for _, s in found_steps})
         listed = ", ".join(map(str, seen[:20])) or "none"
         raise LookupError(
-            f"no step trace with {ITERATION_ATTRIBUTE}={step}; steps in the files: {listed}"
+            f"no step span with {ITERATION_ATTRIBUTE}={step}; steps in the files: {listed}"
         )
     return steps[0] if steps else summaries[0]
+
+
+def _subtree(trace: TraceSummary, root: SpanRecord) -> TraceSummary:
+    """The part of ``trace`` at and below ``root``."""
+    children: dict[str, list[SpanRecord]] = defaultdict(list)
+    for s in trace.spans:
+        if s.parent_span_id:
+            children[s.parent_span_id].append(s)
+    members: list[SpanRecord] = []
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        members.append(node)
+        stack.extend(children.get(node.span_id, []))
+    return TraceSummary(
+        trace.trace_id,
+        (root,),
+        tuple(members),
+        root.start_time_unix_nano,
+        max(s.end_time_unix_nano for s in members),
+    )
 
 
 def render_waterfall(

@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.unit.spanspec.fixtures.traces import grpo_steps, write_traces
 
 import spanspec
 from spanspec import cli
+from tests.unit.spanspec.fixtures.traces import grpo_steps, write_traces
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -57,7 +57,9 @@ def test_unknown_word_lists_valid_words_and_closest_match(spec):
 def test_expansion_covers_every_algorithm_phase(spec):
     names = set(spec.spans)
     for algo in ["grpo", "ppo", "sft", "dpo", "rm", "distillation"]:
-        assert {f"rl.{algo}.{p}" for p in ["job", "step", "policy_update", "checkpoint", "evaluate"]} <= names
+        assert {
+            f"rl.{algo}.{p}" for p in ["job", "step", "policy_update", "checkpoint", "evaluate"]
+        } <= names
     assert {"rl.ppo.value_update", "rl.distillation.teacher_logprob", "rl.vllm.generate"} <= names
     assert "rl.sft.rollout" not in names  # SFT has no rollout
     assert spec.spans["rl.ppo.rollout"].template == "rl.{algorithm}.rollout"
@@ -68,5 +70,7 @@ def test_expansion_covers_every_algorithm_phase(spec):
 def test_enabled_spans_and_metric_span_feeds(spec):
     on = spec.enabled_spans("default,generation")
     assert "rl.grpo.job" in on and "rl.vllm.generate" in on and "rl.grpo.rollout" not in on
-    assert spec.metrics["rl.rollout.duration"].spans == spec.spans_of_template("rl.{algorithm}.rollout")
+    assert spec.metrics["rl.rollout.duration"].spans == spec.spans_of_template(
+        "rl.{algorithm}.rollout"
+    )
     assert spec.metrics["rl.reward.mean"].from_keys[0] == "train/reward_mean"

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from tests.unit.spanspec.fixtures.traces import grpo_steps, rewrite_lines, write_traces
 
 import spanspec
 from spanspec.livecheck import live_check
 from spanspec.otlp_json import attribute_value, read_spans, read_traces
+from tests.unit.spanspec.fixtures.traces import grpo_steps, rewrite_lines, write_traces
 
 
 @pytest.fixture(scope="module")

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from tests.unit.spanspec.fixtures.traces import grpo_steps, write_traces
 
 import spanspec
 from spanspec.otlp_json import SpanRecord, read_spans
 from spanspec.view import render_waterfall, select_trace, traces
+from tests.unit.spanspec.fixtures.traces import grpo_steps, write_traces
 
 
 def record(name, span_id, parent=None, start=0, end=10, trace="a" * 32, **attributes):
@@ -81,7 +81,7 @@ def test_select_by_default_step_and_trace_id():
     assert select_trace(summaries, step=1).trace_id == "2" * 32
     assert select_trace(summaries, trace_id="0000").trace_id == "0" * 32
     with pytest.raises(
-        LookupError, match=r"no step trace with rl.iteration=5; steps in the files: 0, 1"
+        LookupError, match=r"no step span with rl.iteration=5; steps in the files: 0, 1"
     ):
         select_trace(summaries, step=5)
     with pytest.raises(LookupError, match="matches no trace"):
@@ -110,3 +110,16 @@ def test_a_real_trace_file(tmp_path):
         "rl.worker.train_microbatch",
     ]
     assert all(line.endswith(" ms") for line in lines[1:])
+
+
+def test_a_step_below_a_job_span_is_drawn_as_its_subtree():
+    spans = [
+        record("rl.grpo.job", "1", start=0, end=1000),
+        record("rl.grpo.step", "2", parent="1", start=100, end=200, **{"rl.iteration": 0}),
+        record("rl.grpo.rollout", "3", parent="2", start=100, end=150),
+        record("rl.grpo.step", "4", parent="1", start=300, end=400, **{"rl.iteration": 1}),
+    ]
+    chosen = select_trace(traces(spans), step=0)
+    assert chosen.root_names == ("rl.grpo.step",)
+    assert [s.name for s in chosen.spans] == ["rl.grpo.step", "rl.grpo.rollout"]
+    assert render_waterfall(chosen).splitlines()[0].endswith("rl.grpo.step  100.0 ms, 2 spans")

@@ -152,3 +152,15 @@ def test_generator_methods_are_rejected():
         @carries_trace
         def gen(self):
             yield 1
+
+
+def test_every_worker_request_carries_the_trace_context():
+    # A driver call into a method without @carries_trace would silently start a new trace.
+    from nemo_rl.models.generation.torch_backend import TorchGeneration
+    from nemo_rl.models.generation.vllm_backend import VllmGeneration
+    from nemo_rl.models.policy import PolicyWorker
+
+    for cls in (PolicyWorker, TorchGeneration, VllmGeneration):
+        for name, member in vars(cls).items():
+            if callable(member) and not name.startswith("_") and name != "close":
+                assert getattr(member, "__carries_trace__", False), f"{cls.__name__}.{name}"

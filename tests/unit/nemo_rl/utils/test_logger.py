@@ -24,10 +24,7 @@ def test_jsonl_rows_and_the_opentelemetry_tee(tmp_path):
     assert rows[0] == {"step": 1, "train/reward_mean": 0.5, "train/loss": 0.1, "train/bad": None}
     assert rows[1] == {"step": 1, "timing/rl.grpo.step": 0.2}
     names = {
-        m.name: m
-        for rm in data.resource_metrics
-        for sm in rm.scope_metrics
-        for m in sm.metrics
+        m.name: m for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics
     }
     assert names["rl.reward.mean"].data.data_points[0].value == 0.5
     assert names["rl.policy.loss"].data.data_points[0].value == 0.1
