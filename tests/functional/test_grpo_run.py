@@ -189,5 +189,38 @@ def test_metrics_file_holds_the_training_signals(run):
 def test_logger_metrics_reach_opentelemetry(run):
     log_dir, _, _ = run
     text = (log_dir / "telemetry" / "metrics.jsonl").read_text()
-    for name in ("rl.reward.mean", "rl.policy.loss", "rl.grad_norm", "gen_ai.client.token.usage"):
+    for name in (
+        "rl.reward.mean",
+        "rl.policy.loss",
+        "rl.grad_norm",
+        "rl.learning_rate",
+        "rl.throughput",
+        "rl.step.duration",
+        "gen_ai.client.token.usage",
+    ):
         assert f'"{name}"' in text, name
+
+
+def test_emitted_traces_pass_live_check(run):
+    # The run's own trace file, held against the registry as a user would: every span declared,
+    # required attributes present and typed, nothing from a group per_step leaves off.
+    log_dir, _, _ = run
+    script = Path(sys.executable).with_name("spanspec")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "spanspec.cli"]
+    proc = subprocess.run(
+        [*command, "live-check", str(log_dir / "telemetry"), "--format", "json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = json.loads(proc.stdout)["summary"]
+    assert summary["ok"] and summary["violations"] == 0
+    assert summary["spans_checked"] == summary["spans"] > 0
+    assert summary["groups_source"] == "resource attribute spanspec.groups"
+    coverage = {c["group"]: c for c in summary["coverage"]}
+    for phase in [*PHASES, "rl.grpo.step", "rl.grpo.evaluate", "rl.grpo.checkpoint"]:
+        group = next(g for g, c in coverage.items() if phase in c["declared"])
+        assert coverage[group]["state"] == "on" and phase in coverage[group]["seen"], phase
+    assert coverage["job"]["state"] == "off" and coverage["job"]["emitted"] == 0
