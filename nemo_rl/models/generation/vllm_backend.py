@@ -115,10 +115,12 @@ class VllmGeneration(GenerationInterface):
                 model=model_dir,
                 skip_tokenizer_init=True,
                 seed=seed,
-                dtype="float32",
-                enforce_eager=True,
+                # bf16: every vLLM attention backend takes it; the PG ratio absorbs the rounding.
+                dtype="bfloat16",
+                enforce_eager=True,  # no CUDA-graph capture for a model this small
+                # Log-probs after temperature, as the policy worker computes them (vLLM >= 0.10).
+                logprobs_mode="processed_logprobs",
                 gpu_memory_utilization=gen_cfg.gpu_memory_utilization,
-                max_model_len=64,
             )
 
     def _sampling_params(self, greedy: bool, seed: int | None) -> Any:
