@@ -7,8 +7,10 @@ fed by unknown spans), and collects every problem as a finding before raising.
 
 from __future__ import annotations
 
+import gc
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -194,8 +196,9 @@ def load(path: str | os.PathLike[str] | None = None) -> Spec:
     from spanspec.loader import load_registry
 
     path = default_registry_path() if path is None else path
-    registry, located = load_registry(path)
-    return compile_registry(registry, located)
+    with _gc_paused():
+        registry, located = load_registry(path)
+        return compile_registry(registry, located)
 
 
 def default_registry_path() -> Path:
@@ -206,12 +209,33 @@ def default_registry_path() -> Path:
     return Path(__file__).resolve().parent.parent / "schemas" / "span_groups.yaml"
 
 
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector for the block, then restore its previous state.
+
+    Reading a registry allocates many small objects (nodes, dicts, entries) and no cycles worth
+    collecting; the collections they trigger otherwise double the time to load 10,000 spans.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def compile_registry(registry: Registry, located: Located | None = None) -> Spec:
     """Check cross-references and build the frozen :class:`Spec`.
 
     Raises:
         SpecError: with every violation found (improvements alone do not raise).
     """
+    with _gc_paused():
+        return _compile(registry, located)
+
+
+def _compile(registry: Registry, located: Located | None) -> Spec:
     if located is None:
         from spanspec.loader import Located
 

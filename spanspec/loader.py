@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from spanspec.compile import _gc_paused
 from spanspec.findings import Finding, SpecError, did_you_mean
 from spanspec.schema import Registry
 
@@ -250,6 +251,11 @@ def load_registry(
     Raises:
         SpecError: listing every syntax and schema problem, each with its line.
     """
+    with _gc_paused():
+        return _load_registry(path, text)
+
+
+def _load_registry(path: str | os.PathLike[str], text: str | None) -> tuple[Registry, Located]:
     located = parse_yaml(path, text)
     if located.root is None:
         raise SpecError(
