@@ -74,3 +74,31 @@ def test_enabled_spans_and_metric_span_feeds(spec):
         "rl.{algorithm}.rollout"
     )
     assert spec.metrics["rl.reward.mean"].from_keys[0] == "train/reward_mean"
+
+
+def test_registry_declares_the_named_spans_and_metrics(spec):
+    named = {
+        "rl.vllm.generate": "generation",
+        "rl.vllm.generate_text": "generation",
+        "rl.vllm.load_model": "model_init",
+        "rl.distillation.teacher_logprob": "logprob",
+        "rl.grpo.weight_sync": "weight_sync",
+        "rl.async_grpo.wait_for_trajectories": "idle",
+        "rl.async_grpo.wait_for_weights": "idle",
+    }
+    assert {n: spec.spans[n].group for n in named if n in spec.spans} == named
+    for name in ["rl.reward.mean", "rl.policy.loss", "rl.grad_norm", "rl.learning_rate"]:
+        assert spec.metrics[name].instrument == "gauge" and spec.metrics[name].from_keys
+    units = {n: (m.instrument, m.unit) for n, m in spec.metrics.items()}
+    assert units["rl.throughput"] == ("gauge", "{token}/s")
+    assert units["rl.rollout.duration"] == ("histogram", "s")
+    assert units["gen_ai.client.operation.duration"] == ("histogram", "s")
+    assert units["gen_ai.client.token.usage"] == ("histogram", "{token}")
+    assert spec.metrics["gen_ai.client.operation.duration"].spans == {
+        "rl.vllm.generate",
+        "rl.vllm.generate_text",
+        "rl.worker.generate",
+    }
+    instruments = {m.instrument for m in spec.metrics.values()}
+    assert instruments == {"gauge", "counter", "histogram", "up_down_counter"}
+    assert "per_step" in spec.presets["all"]  # a preset may name presets
