@@ -5,7 +5,8 @@
     with spanspec.span("rl.grpo.rollout", **{"rl.iteration": 3}):
         ...
 
-Importing this package loads only the OpenTelemetry API, pydantic and PyYAML.
+Importing this package loads only the OpenTelemetry API; pydantic and PyYAML load when a
+registry file is read (:func:`load`), the OpenTelemetry SDK only in :mod:`spanspec.export`.
 """
 
 from __future__ import annotations
