@@ -171,7 +171,12 @@ def _problem(gate: _Gate, finding_id: str, message: str, key: str = "") -> None:
         if (gate.name, key) in _warned:
             return
         _warned.add((gate.name, key))
-    _log.warning("%s (dropped; declare it in the registry)", message)
+    advice = (
+        "declare it in the registry"
+        if finding_id == "span.undeclared_attribute"
+        else "pass a value of the declared type"
+    )
+    _log.warning("%s (dropped; %s)", message, advice)
 
 
 class _LiveSpan:

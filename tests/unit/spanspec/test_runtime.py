@@ -109,6 +109,10 @@ def test_lenient_mode_warns_once_drops_bad_attributes_and_still_emits(spec, capl
     messages = [r.getMessage() for r in caplog.records]
     assert sum("'rl.colour' is not declared" in m for m in messages) == 1
     assert sum("'rl.iteration' must be a int" in m for m in messages) == 1
+    assert any(m.endswith("(dropped; declare it in the registry)") for m in messages)
+    assert any(
+        m.endswith("got str 'x' (dropped; pass a value of the declared type)") for m in messages
+    )
     assert sum("span 'my.custom.span' is not declared" in m for m in messages) == 1
 
 
