@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
-from spanspec.compile import Spec, _gc_paused, compile_registry, default_registry_path
+from spanspec.compile import Spec, compile_registry, default_registry_path
 from spanspec.findings import Finding, SpecError, did_you_mean
 
 if TYPE_CHECKING:
@@ -166,10 +166,9 @@ def _load_registry(path: str | os.PathLike[str]) -> _Registry:
     result = _Registry(shown)
     source = shown if Path(shown).exists() else path
     try:
-        with _gc_paused():
-            registry, located = _guarded(shown, lambda: load_registry(source))
-            result.located = located
-            result.spec = compile_registry(registry, located)
+        registry, located = _guarded(shown, lambda: load_registry(source))
+        result.located = located
+        result.spec = compile_registry(registry, located)
         # Improvements of a valid registry, where the compiled Spec keeps them.
         result.findings = list(getattr(result.spec, "findings", ()))
     except SpecError as exc:

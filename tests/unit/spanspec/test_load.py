@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -243,14 +242,12 @@ def huge_registry(path: Path, spans: int = 10_000) -> Path:
     return path
 
 
-def test_a_huge_registry_loads_quickly(tmp_path):
-    """10,000 spans: about 0.5 s on a busy two-core machine; the bound leaves room for shared CI."""
-    path = huge_registry(tmp_path / "huge.yaml")
-    start = time.perf_counter()
-    spec = spanspec.load(path)
-    elapsed = time.perf_counter() - start
+def test_a_huge_registry_loads(tmp_path):
+    """10,000 spans load whole (its time is measured by bench/bench_spanspec.py, not here)."""
+    spec = spanspec.load(huge_registry(tmp_path / "huge.yaml"))
     assert len(spec.spans) == 10_000
-    assert elapsed < 2.0, f"loading 10,000 spans took {elapsed:.2f} s"
+    assert spec.spans["rl.phase_9999"].group == "step"
+    assert spec.enabled_spans("step") == frozenset(spec.spans)
 
 
 @pytest.mark.parametrize("name", ["huge.yaml", "broken.yaml"])
