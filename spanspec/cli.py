@@ -21,7 +21,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
@@ -230,6 +230,14 @@ def _classify(path: str) -> str:
     return "other"
 
 
+def _either_kind(finding: Finding) -> Finding:
+    """A file too broken to tell its kind may have been meant as a run config: say so too."""
+    if finding.id not in ("schema.empty", "schema.not_a_mapping"):
+        return finding
+    hint = f" (or, for a run config, a mapping with a '{_CONFIG_KEY}:' block)"
+    return replace(finding, message=finding.message + hint)
+
+
 def _other_file(located: Located) -> list[Finding]:
     keys = [str(k) for k in located.data]
     for key in keys:
@@ -364,7 +372,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
             registries.append(file)
             continue
         if kind == "broken":  # the loader says what is wrong, as it would for a registry
-            findings.extend(_load_registry(file).findings)
+            findings.extend(_either_kind(f) for f in _load_registry(file).findings)
             continue
         name = _display(file)
         try:

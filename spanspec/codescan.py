@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spanspec.compile import ALGORITHM_PLACEHOLDER, Spec
-from spanspec.findings import Finding, did_you_mean
+from spanspec.findings import Finding, a_type, did_you_mean
 
 if TYPE_CHECKING:
     from spanspec.loader import Located
@@ -395,7 +395,7 @@ def _attribute_findings(spec: Spec, call: SpanCall, matched: list[str]) -> list[
             findings.append(
                 Finding(
                     "code.attribute_type",
-                    f"{call.function}(): attribute '{key}' of {label} must be a {decl.type}, "
+                    f"{call.function}(): attribute '{key}' of {label} must be {a_type(decl.type)}, "
                     f"got {type(value).__name__} {value!r}",
                     **where,
                 )

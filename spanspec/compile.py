@@ -16,7 +16,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from spanspec.findings import Finding, SpecError, did_you_mean
+from spanspec.findings import Finding, SpecError, a_type, did_you_mean
 
 if TYPE_CHECKING:  # pydantic and PyYAML load only when a registry file is read
     from spanspec.loader import Located
@@ -260,7 +260,7 @@ def _compile(registry: Registry, located: Located | None) -> Spec:
                 if not probe.accepts([value] if a.type.value.endswith("[]") else value):
                     report(
                         "attribute.allowed_type",
-                        f"attributes.{key}.allowed: {value!r} is not a {a.type.value}",
+                        f"attributes.{key}.allowed: {value!r} is not {a_type(a.type.value)}",
                         ("attributes", key, "allowed", i),
                     )
         attributes[key] = AttributeDef(

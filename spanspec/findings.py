@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Literal
 
-__all__ = ["Finding", "Level", "SpecError", "did_you_mean"]
+__all__ = ["Finding", "Level", "SpecError", "a_type", "did_you_mean"]
 
 Level = Literal["violation", "improvement", "information"]
 
@@ -44,6 +44,11 @@ class SpecError(ValueError):
     @property
     def violations(self) -> tuple[Finding, ...]:
         return tuple(f for f in self.findings if f.level == "violation")
+
+
+def a_type(kind: str) -> str:
+    """Return an attribute type with its article, for messages: ``"an int"``, ``"a string[]"``."""
+    return f"{'an' if kind[:1] in 'aeiou' else 'a'} {kind}"
 
 
 def did_you_mean(word: str, candidates: Iterable[str]) -> str:

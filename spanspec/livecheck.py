@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from spanspec.compile import AttributeDef, Spec
-from spanspec.findings import Finding, SpecError, did_you_mean
+from spanspec.findings import Finding, SpecError, a_type, did_you_mean
 from spanspec.otlp_json import SpanRecord
 
 __all__ = [
@@ -281,7 +281,7 @@ def _check_value(
             span,
             "live.attribute_type",
             subject,
-            f"span '{span.name}': attribute '{key}' must be a {decl.type}, "
+            f"span '{span.name}': attribute '{key}' must be {a_type(decl.type)}, "
             f"got {_kind(value)} {value!r}",
         )
     elif decl.allowed is not None and not decl.accepts(value):

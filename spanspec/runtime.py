@@ -22,7 +22,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode
 
 from spanspec.compile import AttributeDef, SpanEntry, Spec
-from spanspec.findings import Finding, SpecError
+from spanspec.findings import Finding, SpecError, a_type
 
 __all__ = [
     "DEFAULT_ENV_VAR",
@@ -153,7 +153,7 @@ def _coerce_scalar(kind: str, value: Any) -> Any:
 
 
 def _describe(decl: AttributeDef) -> str:
-    text = f"a {decl.type}"
+    text = a_type(decl.type)
     if decl.allowed is not None:
         text += f" in {sorted(map(str, decl.allowed))}"
     return text

@@ -207,3 +207,18 @@ def test_an_internal_error_is_one_line(monkeypatch, capsys):
 @pytest.mark.parametrize("argv", [["--version"], ["check", "--help"]])
 def test_help_and_version_return_0(argv, capsys):
     assert cli.main(argv) == 0
+
+
+def test_a_config_too_broken_to_classify_says_both_kinds(tmp_path):
+    (tmp_path / "empty_run.yaml").write_text("")
+    (tmp_path / "list_run.yaml").write_text("- telemetry\n")
+    done = run("check", "schemas/span_groups.yaml", str(tmp_path))
+    assert done.returncode == 1
+    lines = sorted(line for line in done.stdout.splitlines() if "_run.yaml" in line)
+    assert [line.split(": ")[2] for line in lines] == ["schema.empty", "schema.not_a_mapping"]
+    assert all(
+        line.startswith(str(tmp_path))
+        and ":1:1: violation: " in line
+        and line.endswith("(or, for a run config, a mapping with a 'telemetry:' block)")
+        for line in lines
+    ), lines

@@ -164,7 +164,7 @@ def test_attribute_keys_and_literal_values(spec):
     )
     assert by_line[3].id == "code.attribute_type"
     assert (
-        "'rl.iteration' of span 'rl.grpo.step' must be a int, got str 'one'" in by_line[3].message
+        "'rl.iteration' of span 'rl.grpo.step' must be an int, got str 'one'" in by_line[3].message
     )
     assert by_line[4].id == "code.attribute_value"
     assert (

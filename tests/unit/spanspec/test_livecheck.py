@@ -186,7 +186,7 @@ def test_undeclared_names_missing_attributes_wrong_types_and_values(spec, tmp_pa
     assert messages["live.missing_attribute"] == (
         "span 'rl.grpo.rollout': required attribute 'rl.iteration' is missing (seen 3 times)"
     )
-    assert "'rl.iteration' must be a int, got str 'three'" in messages["live.attribute_type"]
+    assert "'rl.iteration' must be an int, got str 'three'" in messages["live.attribute_type"]
     assert (
         "'rl.algorithm' = 'reinforce' is not one of the declared values: async_grpo"
         in messages["live.attribute_value"]

@@ -88,7 +88,7 @@ def test_strict_rejects_undeclared_name_attribute_and_type(spec):
         ):
             with spanspec.span(ROLLOUT, **{"rl.colour": "red"}):
                 pass
-        with pytest.raises(spanspec.SpecError, match="must be a int, got str '3'"):
+        with pytest.raises(spanspec.SpecError, match="must be an int, got str '3'"):
             with spanspec.span(ROLLOUT, **{"rl.iteration": "3"}):
                 pass
 
@@ -108,7 +108,7 @@ def test_lenient_mode_warns_once_drops_bad_attributes_and_still_emits(spec, capl
     assert [dict(s.attributes) for s in spans.named("my.custom.span")] == [{}, {}, {}]
     messages = [r.getMessage() for r in caplog.records]
     assert sum("'rl.colour' is not declared" in m for m in messages) == 1
-    assert sum("'rl.iteration' must be a int" in m for m in messages) == 1
+    assert sum("'rl.iteration' must be an int" in m for m in messages) == 1
     assert any(m.endswith("(dropped; declare it in the registry)") for m in messages)
     assert any(
         m.endswith("got str 'x' (dropped; pass a value of the declared type)") for m in messages
