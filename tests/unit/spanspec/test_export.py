@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from google.protobuf import json_format
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
@@ -77,14 +78,36 @@ def to_proto_json(node):
 
 
 def test_file_exporter_writes_otlp_json_a_collector_can_replay(clean_env, spec, tmp_path):
-    settings = load_settings({"file_dir": str(tmp_path)}, env={})
+    settings = load_settings({"file_dir": str(tmp_path), "logs_enabled": True}, env={})
     handle = start(settings, spec, resource={"rl.run_id": "r1"})
     with spanspec.span("rl.grpo.step", **{"rl.iteration": 4}):
         with spanspec.span("rl.grpo.rollout", **{"rl.iteration": 4}):
-            pass
+            logging.getLogger("test.file").warning("in the rollout")
     metrics.record_metrics({"loss": 0.5}, prefix="train")
     stats = handle.shutdown(5)
     assert stats.spans_exported == 2 and stats.spans_lost == 0
+
+    # Every line of every file is one official export request in the OTLP/JSON encoding.
+    requests = {}
+    for name, message in (
+        ("traces", ExportTraceServiceRequest),
+        ("metrics", ExportMetricsServiceRequest),
+        ("logs", ExportLogsServiceRequest),
+    ):
+        lines = (tmp_path / f"{name}.jsonl").read_text().splitlines()
+        assert lines, name
+        requests[name] = [
+            json_format.Parse(json.dumps(to_proto_json(json.loads(line))), message())
+            for line in lines
+        ]
+    (log,) = [
+        lr
+        for request in requests["logs"]
+        for rl in request.resource_logs
+        for sl in rl.scope_logs
+        for lr in sl.log_records
+        if lr.body.string_value == "in the rollout"
+    ]
 
     lines = (tmp_path / "traces.jsonl").read_text().splitlines()
     request = ExportTraceServiceRequest()
@@ -102,11 +125,9 @@ def test_file_exporter_writes_otlp_json_a_collector_can_replay(clean_env, spec, 
     assert rollout["traceId"] == step["traceId"]
     assert step["kind"] == 1  # enums as integers
     assert {"startTimeUnixNano", "endTimeUnixNano", "attributes"} <= set(step)
+    assert (log.trace_id.hex(), log.span_id.hex()) == (rollout["traceId"], rollout["spanId"])
 
     (metric_line,) = (tmp_path / "metrics.jsonl").read_text().splitlines()
-    json_format.Parse(
-        json.dumps(to_proto_json(json.loads(metric_line))), ExportMetricsServiceRequest()
-    )
     names = {
         m["name"]: m
         for rm in json.loads(metric_line)["resourceMetrics"]
