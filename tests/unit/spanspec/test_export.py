@@ -429,6 +429,21 @@ def test_files_stay_valid_when_the_process_is_killed(tmp_path):
         assert json.loads(line)["resourceSpans"]
 
 
+def test_files_are_appended_to_never_overwritten(clean_env, spec, tmp_path):
+    for iteration in range(2):  # two runs (or two processes) sharing one folder
+        handle = start(load_settings({"file_dir": str(tmp_path)}, env={}), spec)
+        with spanspec.span("rl.grpo.step", **{"rl.iteration": iteration}):
+            pass
+        metrics.record_metrics({"loss": 0.5}, prefix="train")
+        handle.shutdown(5)
+        spanspec.deactivate()
+        metrics.unbind()
+    assert len((tmp_path / "traces.jsonl").read_text().splitlines()) == 2
+    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 2
+    iterations = [a["value"]["intValue"] for s in file_spans(tmp_path) for a in s["attributes"]]
+    assert iterations == ["0", "1"]
+
+
 def test_concurrent_shutdowns_share_one_result(clean_env, spec, tmp_path):
     import threading
 
