@@ -138,6 +138,27 @@ def test_file_exporter_writes_otlp_json_a_collector_can_replay(clean_env, spec, 
     assert names["rl.step.duration"]["histogram"]["dataPoints"][0]["count"] == "1"
 
 
+def test_span_durations_feed_histograms_only_while_their_group_is_on(clean_env, spec, tmp_path):
+    handle = export.setup(load_settings({"file_dir": str(tmp_path)}, env={}), register_atexit=False)
+    spanspec.activate(spec, "all,-rollout", tracer_provider=handle.tracer_provider, env_var=None)
+    metrics.bind(spec, handle.meter_provider)
+    for i in range(3):
+        with spanspec.span("rl.grpo.step", **{"rl.iteration": i}):
+            with spanspec.span("rl.grpo.rollout", **{"rl.iteration": i}):
+                pass
+    handle.shutdown(5)
+    histograms = {
+        m["name"]: m["histogram"]["dataPoints"]
+        for line in read_lines(tmp_path / "metrics.jsonl")
+        for rm in line["resourceMetrics"]
+        for sm in rm["scopeMetrics"]
+        for m in sm["metrics"]
+        if "histogram" in m
+    }
+    assert [p["count"] for p in histograms["rl.step.duration"]] == ["3"]
+    assert "rl.rollout.duration" not in histograms  # its group is off: no span, no duration
+
+
 def test_open_spans_are_ended_as_truncated_and_exported(clean_env, spec, tmp_path):
     handle = start(load_settings({"file_dir": str(tmp_path)}, env={}), spec)
     outer = spanspec.span("rl.grpo.step", **{"rl.iteration": 1})
