@@ -8,8 +8,9 @@
 It implements the collector's ``TraceService``, ``MetricsService`` and ``LogsService`` with
 ``grpcio`` and ``opentelemetry-proto``, and ``POST /v1/traces``, ``/v1/metrics``, ``/v1/logs``
 with ``http.server`` (protobuf or JSON bodies, gzip or not). Every request is kept, with the
-protocol it came by. Also here: :class:`BlackHole` (accepts connections, never answers) and
-:func:`dead_endpoint` (a port that refuses connections).
+protocol it came by and its headers (gRPC metadata or HTTP headers, keys in lower case). Also
+here: :class:`BlackHole` (accepts connections, never answers) and :func:`dead_endpoint` (a port
+that refuses connections).
 """
 
 from __future__ import annotations
@@ -86,6 +87,7 @@ class OtlpReceiver:
         self._keep = keep
         self.span_count = 0
         self.requests: list[tuple[str, str, Any]] = []  # (signal, protocol, request)
+        self.headers: list[tuple[str, str, dict[str, str]]] = []  # (signal, protocol, headers)
         self._cond = threading.Condition()
         self._grpc: grpc.Server | None = None
         self._http: ThreadingHTTPServer | None = None
@@ -138,8 +140,11 @@ class OtlpReceiver:
 
     # -- what arrived --
 
-    def _add(self, signal_name: str, protocol: str, request: Any) -> None:
+    def _add(
+        self, signal_name: str, protocol: str, request: Any, headers: dict[str, str] | None = None
+    ) -> None:
         with self._cond:
+            self.headers.append((signal_name, protocol, headers or {}))
             if signal_name == "traces":
                 self.span_count += sum(
                     len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans
@@ -227,12 +232,16 @@ class OtlpReceiver:
         ]
 
 
+def _metadata(context: Any) -> dict[str, str]:
+    return {k.lower(): v for k, v in context.invocation_metadata() if isinstance(v, str)}
+
+
 class _Traces(trace_service_pb2_grpc.TraceServiceServicer):
     def __init__(self, rx: OtlpReceiver) -> None:
         self.rx = rx
 
     def Export(self, request: Any, context: Any) -> Any:
-        self.rx._add("traces", "grpc", request)
+        self.rx._add("traces", "grpc", request, _metadata(context))
         return trace_service_pb2.ExportTraceServiceResponse()
 
 
@@ -241,7 +250,7 @@ class _Metrics(metrics_service_pb2_grpc.MetricsServiceServicer):
         self.rx = rx
 
     def Export(self, request: Any, context: Any) -> Any:
-        self.rx._add("metrics", "grpc", request)
+        self.rx._add("metrics", "grpc", request, _metadata(context))
         return metrics_service_pb2.ExportMetricsServiceResponse()
 
 
@@ -250,7 +259,7 @@ class _Logs(logs_service_pb2_grpc.LogsServiceServicer):
         self.rx = rx
 
     def Export(self, request: Any, context: Any) -> Any:
-        self.rx._add("logs", "grpc", request)
+        self.rx._add("logs", "grpc", request, _metadata(context))
         return logs_service_pb2.ExportLogsServiceResponse()
 
 
@@ -275,7 +284,8 @@ def _handler(rx: OtlpReceiver) -> type[BaseHTTPRequestHandler]:
                 json_format.Parse(body, request)
             else:
                 request.ParseFromString(body)
-            rx._add(signal_name, "http", request)
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            rx._add(signal_name, "http", request, headers)
             reply = response_type().SerializeToString()
             self.send_response(200)
             self.send_header("Content-Type", "application/x-protobuf")

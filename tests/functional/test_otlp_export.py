@@ -10,7 +10,9 @@ import pytest
 import spanspec
 from spanspec import export, metrics, propagate
 from spanspec.settings import load_settings
-from tests.otlp_receiver import OtlpReceiver
+from tests.otlp_receiver import OtlpReceiver, attrs, dead_endpoint
+
+RESOURCES = {"traces": "resource_spans", "metrics": "resource_metrics", "logs": "resource_logs"}
 
 
 @pytest.fixture
@@ -93,3 +95,49 @@ def test_spans_metrics_and_logs_arrive(clean_env, receiver, spec, protocol):
 
     (log,) = [r for r in receiver.log_records() if r.trace_id.hex() == step_rx.trace_id]
     assert log.body.string_value == "step seven" and log.span_id.hex() == step_rx.span_id
+
+
+def test_per_signal_variables_choose_protocol_endpoint_and_headers(clean_env, receiver, spec):
+    run_id = "per-signal"
+    with dead_endpoint() as dead:  # a signal the per-signal variables miss would fail here
+        clean_env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", dead)
+        clean_env.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        clean_env.setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-tenant=team-a")
+        clean_env.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf")
+        clean_env.setenv(
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", f"{receiver.http_endpoint}/v1/traces"
+        )
+        clean_env.setenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "x-tenant=team-t")
+        clean_env.setenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", receiver.grpc_endpoint)
+        settings = load_settings({"run_id": run_id}, env=os.environ)
+        assert settings.exporter == "otlp"
+        handle = export.setup(settings, resource={"rl.run_id": run_id}, register_atexit=False)
+        spanspec.activate(spec, "all", tracer_provider=handle.tracer_provider, env_var=None)
+        metrics.bind(spec, handle.meter_provider)
+        with spanspec.span("rl.grpo.step", **{"rl.iteration": 1}):
+            pass
+        metrics.record_metrics({"loss": 0.25}, prefix="train")
+        stats = handle.shutdown(5)
+    assert stats.spans_lost == 0 and not any(p.lost for p in stats.pipelines), stats.summary()
+    assert {p.signal: p.destination for p in stats.pipelines} == {
+        "traces": f"http/protobuf {receiver.http_endpoint}/v1/traces",
+        "metrics": f"grpc {receiver.grpc_endpoint}",
+    }
+
+    (step,) = [s for s in receiver.spans() if s.resource.get("rl.run_id") == run_id]
+    assert step.name == "rl.grpo.step" and step.protocol == "http"
+    (loss,) = [
+        p for p, r in receiver.metric_points()["rl.policy.loss"] if r.get("rl.run_id") == run_id
+    ]
+    assert loss.as_double == 0.25
+    tenants = {
+        (signal, protocol, headers.get("x-tenant"))
+        for (signal, protocol, headers), (_, _, request) in zip(
+            receiver.headers, receiver.requests, strict=True
+        )
+        if any(
+            attrs(res.resource.attributes).get("rl.run_id") == run_id
+            for res in getattr(request, RESOURCES[signal])
+        )
+    }
+    assert tenants == {("traces", "http", "team-t"), ("metrics", "grpc", "team-a")}
