@@ -2,7 +2,8 @@
 
 Prints every telemetry setting for that config and the current environment, and where each came
 from (``env NEMO_RL_OTEL_...``, ``config telemetry....``, ``default``). Writes nothing. Exit code 2
-on a malformed config or variable, with the message.
+on a malformed config or variable, or a group expression the registry does not know, with the
+message.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+import spanspec
 from nemo_rl.telemetry.lifecycle import resolve_settings
 from spanspec.settings import SettingsError
 
@@ -41,7 +43,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = _load_config(args.config, args.overrides) if args.config else {}
         settings, _ = resolve_settings(config)
-    except (ValidationError, SettingsError) as exc:
+        spanspec.load().resolve(settings.span_groups)  # as init_telemetry_driver checks it
+    except (ValidationError, SettingsError, spanspec.SpecError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:

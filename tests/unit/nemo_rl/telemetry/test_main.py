@@ -47,3 +47,9 @@ def test_malformed_values_exit_2_with_the_message(tmp_path):
     assert done.returncode == 2 and "export_sample_rate" in done.stderr
     done = run(env={"NEMO_RL_OTEL_ENABLED": "maybe"})
     assert done.returncode == 2 and "NEMO_RL_OTEL_ENABLED='maybe'" in done.stderr
+
+
+def test_an_unknown_span_group_exits_2_as_init_would_fail(tmp_path):
+    done = run(env={"NEMO_RL_OTEL_SPAN_GROUPS": "per_stpe"})
+    assert done.returncode == 2 and "unknown group or preset 'per_stpe'" in done.stderr
+    assert done.stdout == ""
