@@ -142,6 +142,33 @@ def test_receiver_killed_mid_run(clean_env, spec, caplog, protocol):
     assert any("lost 2000 of 2500" in r.getMessage() for r in caplog.records)
 
 
+def test_shutdown_telemetry_keeps_the_configured_bound_against_a_black_hole(clean_env, tmp_path):
+    from nemo_rl import telemetry
+
+    saved = dict(os.environ)  # the driver writes NEMO_RL_OTEL_* for its workers
+    try:
+        with BlackHole() as hole:
+            clean_env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", hole.endpoint)
+            block = {"span_groups": "all", "logs_enabled": True, "shutdown_timeout_s": 1}
+            telemetry.init_telemetry_driver(
+                {"logger": {"log_dir": str(tmp_path)}, "telemetry": block}, "grpo"
+            )
+            assert_microseconds(produce(1_000))
+            telemetry.record_metrics({"loss": 0.5}, prefix="train")
+            logging.getLogger("test.faults").warning("to a black hole")
+            time.sleep(0.5)  # an export is now stuck on the silent socket
+            t0 = time.monotonic()
+            stats = telemetry.shutdown_telemetry()  # no argument: the setting's bound
+            elapsed = time.monotonic() - t0
+    finally:
+        telemetry.shutdown_telemetry(1)
+        os.environ.clear()
+        os.environ.update(saved)
+    assert elapsed < 1.5, elapsed
+    assert stats is not None and stats.shutdown_timed_out
+    assert stats.spans_ended == 1_000 and stats.spans_exported == 0
+
+
 EXIT_WITH_BLACK_HOLE = textwrap.dedent(
     """
     import os, sys, time

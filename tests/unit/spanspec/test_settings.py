@@ -17,6 +17,7 @@ def test_defaults_name_their_source():
     )
     assert s.sources["enabled"] == "default"
     assert s.sources["exporter"] == "default (auto: no OTLP endpoint is set)"
+    assert s.shutdown_timeout_s == 5.0
     assert [name for name, _, _ in s.items()] == [f.name for f in FIELDS]
 
 
