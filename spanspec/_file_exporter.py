@@ -6,8 +6,10 @@ keys, enums as integers, trace and span ids as hex. An OpenTelemetry Collector's
 receiver can replay them.
 
 Each line goes out in one ``os.write`` on a file opened ``O_APPEND``, so several processes can
-share a file and a process killed mid-run loses at most the line being written. Imported by
-:mod:`spanspec.export` only, when telemetry is on.
+share a file and a process killed mid-run loses at most the line being written. A file found
+ending mid-line (a run killed while writing, resumed into the same folder) is first closed with a
+newline, so the torn line stays the only one lost. Imported by :mod:`spanspec.export` only, when
+telemetry is on.
 """
 
 from __future__ import annotations
@@ -71,6 +73,8 @@ class JsonLinesFile:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        if _ends_mid_line(self.path):
+            os.write(self._fd, b"\n")  # end the torn line, or it swallows our first one
         self._lock = threading.Lock()
         self.lines_written = 0
         # A fork while another thread holds the lock would leave the child's copy locked forever.
@@ -99,6 +103,18 @@ class JsonLinesFile:
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
+
+
+def _ends_mid_line(path: Path) -> bool:
+    """Whether ``path`` is non-empty and its last byte is not a newline."""
+    try:
+        with path.open("rb") as file:
+            if file.seek(0, os.SEEK_END) == 0:
+                return False
+            file.seek(-1, os.SEEK_END)
+            return file.read(1) != b"\n"
+    except OSError:
+        return False
 
 
 def _reset_lock(ref: weakref.ref[JsonLinesFile]) -> None:

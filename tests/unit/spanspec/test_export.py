@@ -54,10 +54,14 @@ def read_lines(path: Path) -> list[dict]:
 
 
 def file_spans(folder: Path) -> list[dict]:
+    return file_spans_of((folder / "traces.jsonl").read_text().splitlines())
+
+
+def file_spans_of(lines: list[str]) -> list[dict]:
     return [
         s
-        for line in read_lines(folder / "traces.jsonl")
-        for rs in line["resourceSpans"]
+        for line in lines
+        for rs in json.loads(line)["resourceSpans"]
         for ss in rs["scopeSpans"]
         for s in ss["spans"]
     ]
@@ -463,6 +467,20 @@ def test_files_are_appended_to_never_overwritten(clean_env, spec, tmp_path):
     assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 2
     iterations = [a["value"]["intValue"] for s in file_spans(tmp_path) for a in s["attributes"]]
     assert iterations == ["0", "1"]
+
+
+def test_a_line_torn_by_a_kill_does_not_swallow_the_next_runs_lines(clean_env, spec, tmp_path):
+    torn = '{"resourceSpans":[{"resource":{"attr'  # a run killed mid-write, then resumed here
+    (tmp_path / "traces.jsonl").write_text(torn)
+    handle = start(
+        load_settings({"file_dir": str(tmp_path), "metrics_enabled": False}, env={}), spec
+    )
+    with spanspec.span("rl.grpo.step", **{"rl.iteration": 1}):
+        pass
+    handle.shutdown(5)
+    lines = (tmp_path / "traces.jsonl").read_text().splitlines()
+    assert lines[0] == torn  # the one line lost, left as it was
+    assert [s["name"] for s in file_spans_of(lines[1:])] == ["rl.grpo.step"]
 
 
 def test_concurrent_shutdowns_share_one_result(clean_env, spec, tmp_path):
