@@ -11,8 +11,22 @@ from nemo_rl import telemetry
 from spanspec import metrics
 
 
+@pytest.fixture
+def saved_environ():
+    """Put os.environ back as it was, after monkeypatch has undone its own changes.
+
+    The driver writes NEMO_RL_OTEL_* and OTEL_RESOURCE_ATTRIBUTES straight into os.environ (for
+    its workers), which monkeypatch does not track; a test that then deletes them through
+    monkeypatch would even have them re-created at teardown.
+    """
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
 @pytest.fixture(autouse=True)
-def clean_env(monkeypatch, tmp_path):
+def clean_env(saved_environ, monkeypatch, tmp_path):
     for key in list(os.environ):
         if key.startswith(("NEMO_RL_OTEL_", "NEMO_LENS_", "OTEL_", "SLURM_")):
             monkeypatch.delenv(key)
