@@ -220,7 +220,6 @@ def init_telemetry_driver(
         "rl.model": _model_name(mapping),
         "rl.run_id": settings.run_id,
     }
-    _write_env(settings, job_resource)  # also when off, so workers are off too
     handle = export.setup(
         settings,
         rank=0,
@@ -237,6 +236,9 @@ def init_telemetry_driver(
         exporting=True,
         handle_sigterm=True,
     )
+    # Only once every setting has proved good, so a failed init leaves the env as it found it;
+    # written also when off, so that workers are off too.
+    _write_env(settings, job_resource)
     _activate(handle, spec)
     _handle, _settings = handle, settings
     _log.info(

@@ -116,9 +116,11 @@ def test_driver_init_is_idempotent_and_logs_the_settings(caplog):
 def test_configuration_errors_are_raised_on_the_driver_at_init(clean_env, env, block, error, match):
     for key, value in env.items():
         clean_env.setenv(key, value)
+    before = dict(os.environ)
     with pytest.raises(error, match=match):
         telemetry.init_telemetry_driver(config(**block), "grpo")
     assert telemetry.get_telemetry() is None
+    assert dict(os.environ) == before  # nothing half-applied for the workers to inherit
 
 
 def test_config_objects_are_accepted():

@@ -12,7 +12,11 @@ REPO = Path(__file__).resolve().parents[4]
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("NEMO_RL_OTEL_", "OTEL_"))}
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("NEMO_RL_OTEL_", "NEMO_LENS_", "OTEL_"))
+    }
     return subprocess.run(
         [sys.executable, "-m", "nemo_rl.telemetry", "settings", *args],
         capture_output=True,
