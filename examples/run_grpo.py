@@ -44,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
         "rl.model": cfg.policy.model_name,
         "rl.run_id": handle.settings.run_id or "",
     }
+    if handle.settings.user_id:  # opt-in and sensitive: the registry redacts its value
+        job_attrs["enduser.id"] = handle.settings.user_id
     with spanspec.span("rl.grpo.job", **job_attrs):
         s = setup(cfg)
         try:

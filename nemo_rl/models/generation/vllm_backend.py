@@ -10,6 +10,7 @@ later weights arrive through ``update_weights`` and are loaded in place with
 from __future__ import annotations
 
 import functools
+import logging
 import os
 from typing import Any
 
@@ -26,9 +27,11 @@ from nemo_rl.models.generation.interface import (
     GenerationOutput,
     num_bytes,
 )
-from nemo_rl.telemetry import record_token_usage
+from nemo_rl.telemetry import get_telemetry, record_token_usage
 
-__all__ = ["VllmGeneration", "assemble_output"]
+__all__ = ["VllmGeneration", "assemble_output", "native_tracing_args"]
+
+_log = logging.getLogger("nemo_rl.generation.vllm")
 
 
 def _load_weights(weights: dict[str, torch.Tensor], model: Any) -> int:
@@ -43,6 +46,29 @@ def _set_usage(span_name: str, input_tokens: int, output_tokens: int) -> None:
     if getattr(span, "name", None) == span_name:
         span.set_attribute("gen_ai.usage.input_tokens", input_tokens)
         span.set_attribute("gen_ai.usage.output_tokens", output_tokens)
+
+
+def native_tracing_args() -> dict[str, Any]:
+    """Returns the ``vllm.LLM`` arguments that switch on vLLM's own OpenTelemetry spans.
+
+    Empty unless this process exports telemetry with ``vllm_native_tracing`` on and an OTLP
+    traces endpoint is set (``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``, else
+    ``OTEL_EXPORTER_OTLP_ENDPOINT``): vLLM exports its spans itself, over OTLP only.
+    """
+    handle = get_telemetry()
+    if handle is None or not handle.is_exporting or not handle.settings.vllm_native_tracing:
+        return {}
+    endpoint = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get(
+        "OTEL_EXPORTER_OTLP_ENDPOINT"
+    )
+    if not endpoint:
+        _log.warning(
+            "telemetry: vllm_native_tracing is on but no OTLP endpoint is set "
+            "(OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT); "
+            "vLLM's own spans stay off"
+        )
+        return {}
+    return {"otlp_traces_endpoint": endpoint}
 
 
 def assemble_output(
@@ -121,6 +147,7 @@ class VllmGeneration(GenerationInterface):
                 # Log-probs after temperature, as the policy worker computes them (vLLM >= 0.10).
                 logprobs_mode="processed_logprobs",
                 gpu_memory_utilization=gen_cfg.gpu_memory_utilization,
+                **native_tracing_args(),
             )
 
     def _sampling_params(self, greedy: bool, seed: int | None) -> Any:

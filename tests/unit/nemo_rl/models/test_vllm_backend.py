@@ -2,6 +2,7 @@
 module (a mock, clearly) that records what our code asks of vLLM's public API and answers in
 vLLM's output shapes. They check our side of the contract, not vLLM."""
 
+import os
 import sys
 import types
 from dataclasses import dataclass
@@ -109,3 +110,38 @@ def test_generate_text_and_update_weights(fake_vllm):
     weights = {"w": torch.zeros(4, dtype=torch.float32)}
     assert gen.update_weights(weights) == 16
     assert list(_FakeLLM.instances[0].applied[0]) == ["w"]
+
+
+@pytest.mark.parametrize(
+    ("native", "endpoint", "expected"),
+    [
+        ("true", "http://127.0.0.1:4317", {"otlp_traces_endpoint": "http://127.0.0.1:4317"}),
+        ("true", None, {}),  # nowhere to send vLLM's spans: off, with a warning
+        ("false", "http://127.0.0.1:4317", {}),
+    ],
+)
+def test_vllm_native_tracing_follows_the_telemetry_settings(
+    fake_vllm, monkeypatch, tmp_path, caplog, native, endpoint, expected
+):
+    from nemo_rl import telemetry
+    from nemo_rl.models.generation.vllm_backend import VllmGeneration
+
+    saved = dict(os.environ)  # the driver writes NEMO_RL_OTEL_* for its workers
+    for key in [k for k in os.environ if k.startswith(("NEMO_RL_OTEL_", "NEMO_LENS_", "OTEL_"))]:
+        monkeypatch.delenv(key)
+    if endpoint:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", endpoint)
+    monkeypatch.chdir(tmp_path)
+    try:
+        telemetry.init_telemetry_driver(
+            {"telemetry": {"exporter": "file", "vllm_native_tracing": native}}, "grpo"
+        )
+        VllmGeneration("/tmp/hf", "tiny", GenerationConfig(), TOK, seed=0)
+    finally:
+        telemetry.shutdown_telemetry(2)
+        os.environ.clear()
+        os.environ.update(saved)
+    kwargs = _FakeLLM.instances[0].kwargs
+    assert {k: v for k, v in kwargs.items() if k == "otlp_traces_endpoint"} == expected
+    warned = [r for r in caplog.records if "vllm_native_tracing" in r.getMessage()]
+    assert len(warned) == (native == "true" and endpoint is None)
