@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = handle.settings
     trace_file = os.path.join(settings.file_dir, "traces.jsonl")
     if settings.enabled and "file" in settings.exporters and os.path.exists(trace_file):
-        print(step_breakdown(trace_file))
+        print(step_breakdown(trace_file, run_id=settings.run_id))
         print(f"traces: {trace_file}  (view a step: spanspec view {trace_file})")
     return 0
 

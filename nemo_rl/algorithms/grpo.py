@@ -243,6 +243,11 @@ def grpo_train(s: GRPOSetup) -> dict[str, Any]:
     cfg, timer, tok = s.cfg, s.timer, s.tokenizer
     P, G = cfg.grpo.num_prompts_per_step, cfg.grpo.num_generations_per_prompt
     summary: dict[str, Any] = {"validation": [], "rewards": []}
+    if s.start_step >= cfg.grpo.max_steps:
+        s.logger.print(
+            f"resumed after step {s.start_step}: grpo.max_steps={cfg.grpo.max_steps} is reached, "
+            "nothing to train (raise grpo.max_steps, or start in a new logger.log_dir)"
+        )
 
     if cfg.grpo.val_at_start and s.start_step == 0:
         accuracy = validate(s, iteration=0)

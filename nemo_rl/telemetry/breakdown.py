@@ -139,14 +139,21 @@ def _tree_order(order: dict[tuple[int, str], int]) -> list[tuple[int, str]]:
 
 
 def step_breakdown(
-    trace_files: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], spec: Spec | None = None
+    trace_files: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    spec: Spec | None = None,
+    run_id: str | None = None,
 ) -> Breakdown:
     """Read the file exporter's ``traces.jsonl`` file(s) and return the :class:`Breakdown`.
 
+    With ``run_id``, only the spans of that run count (the ``rl.run_id`` resource attribute of
+    every process of a job): a folder that several runs appended to reports the one asked for.
     ``str()`` of the result is the table the examples print.
     """
     from spanspec import otlp_json
     from spanspec.compile import load
 
     paths = [trace_files] if isinstance(trace_files, str | os.PathLike) else list(trace_files)
-    return compute_breakdown(otlp_json.read_spans(paths), spec or load())
+    spans = otlp_json.read_spans(paths)
+    if run_id is not None:
+        spans = [s for s in spans if s.resource.get("rl.run_id") == run_id]
+    return compute_breakdown(spans, spec or load())

@@ -46,7 +46,7 @@ SMALL = (
 )
 
 
-def test_resume_continues_step_count_and_data_order_exactly(ray_cluster, tmp_path):
+def test_resume_continues_step_count_and_data_order_exactly(ray_cluster, tmp_path, capsys):
     straight = _run(_config(tmp_path / "straight", "grpo.max_steps=4", *SMALL))
 
     first = _run(_config(tmp_path / "resumed", "grpo.max_steps=2", *SMALL))
@@ -64,6 +64,12 @@ def test_resume_continues_step_count_and_data_order_exactly(ray_cluster, tmp_pat
         assert b[step]["train/reward_mean"] == a[step]["train/reward_mean"]
         assert b[step]["train/loss"] == pytest.approx(a[step]["train/loss"], abs=1e-6)
         assert b[step]["train/grad_norm"] == pytest.approx(a[step]["train/grad_norm"], rel=1e-5)
+
+    # Once the last step is checkpointed, a third run has nothing left to do, and says so.
+    capsys.readouterr()
+    third = _run(_config(tmp_path / "resumed", "grpo.max_steps=4", *SMALL))
+    assert third["start_step"] == 4 and third["rewards"] == []
+    assert "grpo.max_steps=4 is reached, nothing to train" in capsys.readouterr().out
 
 
 @pytest.mark.slow

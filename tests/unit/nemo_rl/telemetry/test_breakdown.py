@@ -1,0 +1,70 @@
+"""Where the step time went: phases, shares and buckets computed from emitted spans."""
+
+from __future__ import annotations
+
+import pytest
+
+import spanspec
+from nemo_rl.telemetry.breakdown import compute_breakdown, step_breakdown
+from spanspec.otlp_json import SpanRecord
+from tests.unit.spanspec.fixtures.traces import grpo_steps, write_traces
+
+S = 1_000_000_000  # nanoseconds in a second
+
+
+def _step(trace: str, start_s: float, update_s: float) -> list[SpanRecord]:
+    """One step of 1 s: data 0.1, rollout 0.4 (generation 0.3, reward 0.1), update, rest idle."""
+    t0 = int(start_s * S)
+
+    def rec(name: str, sid: str, parent: str | None, a: float, b: float) -> SpanRecord:
+        return SpanRecord(name, trace, sid, parent, t0 + int(a * S), t0 + int(b * S))
+
+    return [
+        rec("rl.grpo.step", f"{trace[:14]}00", None, 0.0, 1.0),
+        rec("rl.grpo.data_processing", f"{trace[:14]}01", f"{trace[:14]}00", 0.0, 0.1),
+        rec("rl.grpo.rollout", f"{trace[:14]}02", f"{trace[:14]}00", 0.1, 0.5),
+        rec("rl.grpo.generation", f"{trace[:14]}03", f"{trace[:14]}02", 0.1, 0.4),
+        rec("rl.grpo.reward", f"{trace[:14]}04", f"{trace[:14]}02", 0.4, 0.5),
+        rec("rl.grpo.policy_update", f"{trace[:14]}05", f"{trace[:14]}00", 0.5, 0.5 + update_s),
+    ]
+
+
+def test_phases_shares_and_buckets_count_each_second_once():
+    spans = _step("a" * 32, 0.0, 0.4) + _step("b" * 32, 10.0, 0.2)
+    result = compute_breakdown(spans, spanspec.load())
+
+    assert result.steps == 2 and result.mean_step_s == pytest.approx(1.0)
+    table = {(p.depth, p.name): (p.mean_s, p.share, p.bucket, p.count) for p in result.phases}
+    assert list(table) == [
+        (0, "rl.grpo.data_processing"),
+        (0, "rl.grpo.rollout"),
+        (1, "rl.grpo.generation"),
+        (1, "rl.grpo.reward"),
+        (0, "rl.grpo.policy_update"),
+    ]
+    assert table[(0, "rl.grpo.rollout")] == pytest.approx((0.4, 0.4, None, 2))
+    assert table[(1, "rl.grpo.generation")] == pytest.approx((0.3, 0.3, "productive", 2))
+    assert table[(0, "rl.grpo.policy_update")] == pytest.approx((0.3, 0.3, "productive", 2))
+    # rollout has no bucket: its time counts once, through its children.
+    assert result.buckets == pytest.approx(
+        {"productive": 0.7, "unattributed": 0.2, "overhead": 0.1}
+    )
+    text = str(result)
+    assert text.splitlines()[0] == "where the step time went (2 steps, mean step 1.000 s):"
+    assert "efficiency: productive 70.0%, unattributed 20.0%, overhead 10.0%" in text
+
+
+def test_a_folder_several_runs_appended_to_reports_one_run(tmp_path):
+    write_traces(tmp_path, grpo_steps(2), groups="per_step", resource={"rl.run_id": "first"})
+    path = write_traces(
+        tmp_path, grpo_steps(3), groups="per_step", resource={"rl.run_id": "second"}
+    )
+    assert step_breakdown(path).steps == 5
+    assert step_breakdown(path, run_id="first").steps == 2
+    assert step_breakdown(path, run_id="second").steps == 3
+    assert step_breakdown(path, run_id="third").steps == 0
+
+
+def test_no_step_spans_says_which_group_to_turn_on(tmp_path):
+    path = write_traces(tmp_path, grpo_steps(1), groups="default")
+    assert "telemetry.span_groups=per_step" in str(step_breakdown(path))
