@@ -115,7 +115,7 @@ class _Gate:
 _FAST_TYPES: dict[str, tuple[type, ...]] = {
     "string": (str,),
     "int": (int,),
-    "float": (float, int),
+    "float": (float,),  # an int goes through _coerce: exported as a double, as declared
     "bool": (bool,),
 }
 _BAD = object()
@@ -203,7 +203,7 @@ class _LiveSpan:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
     ) -> bool:
         span = self._span
-        if exc is not None:
+        if exc is not None and not isinstance(exc, GeneratorExit):  # a generator closed early
             _fail(span, exc)
         span.end()
         otel_context.detach(self._token)

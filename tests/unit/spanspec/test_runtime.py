@@ -146,7 +146,8 @@ def test_numeric_types_are_coerced_but_bool_is_not_an_int(spec):
                 pass
     assert spans.one(ROLLOUT).attributes["rl.iteration"] == 4
     assert type(spans.one(ROLLOUT).attributes["rl.iteration"]) is int
-    assert spans.one("rl.grpo.reward").attributes["rl.reward.mean"] == 1
+    mean = spans.one("rl.grpo.reward").attributes["rl.reward.mean"]
+    assert mean == 1.0 and type(mean) is float  # a float attribute is exported as a double
 
 
 def test_traced_checks_the_gate_at_call_time(spec):
@@ -214,6 +215,20 @@ def test_traced_generator_error_and_early_close(spec):
         gen.close()
     assert spans.one(ROLLOUT).status.status_code is StatusCode.ERROR
     assert spans.one("rl.grpo.reward").status.status_code is StatusCode.UNSET
+
+
+def test_span_inside_a_generator_closed_early_is_not_an_error(spec):
+    def batches():
+        with spanspec.span(ROLLOUT, **{"rl.iteration": 0}):
+            while True:
+                yield 1
+
+    with capture(spec, groups="all") as spans:
+        gen = batches()
+        next(gen)
+        gen.close()  # GeneratorExit passes through the with block: a normal end, not a failure
+    span = spans.one(ROLLOUT)
+    assert span.status.status_code is StatusCode.UNSET and not span.events
 
 
 def test_traced_async_generator(spec):
