@@ -26,13 +26,14 @@ a launcher sets it), runs ``--steps`` steps, and stops (``close_worker`` /
 ``shutdown_telemetry``). The worker processes are reused across cases (starting 64 of them takes
 minutes on 2 cores); their telemetry is not.
 
-Columns: ``ranks`` exporting workers; ``spans/step`` spans received per step (the driver's
-included); ``spans/s`` received per second of the step loop; ``B/span`` OTLP bytes per span
-at the receiver; ``dropped`` spans the pipelines counted as dropped, failed or unresolved
-(driver + workers); ``RSS`` driver and largest worker resident memory, MiB (``+`` the largest
-growth of a worker during the case); ``CPU/step`` worker CPU ms per step, exporting vs other
-ranks; ``flush s`` driver and slowest worker shutdown; ``orphans`` received spans whose parent
-never arrived; ``traces`` distinct trace ids received.
+Columns: ``ranks`` exporting workers; ``step s`` the driver's step time; ``spans/step`` spans
+received per step (the driver's included); ``spans/s`` received per second of the step loop;
+``B/span`` OTLP bytes per span at the receiver; ``dropped`` spans the pipelines counted as
+dropped, failed or unresolved (driver + workers); ``lost@col`` spans exported but never delivered
+by the collector; ``RSS`` driver and largest worker resident memory, MiB (``+`` the largest growth
+of a worker during the case); ``CPU/step`` worker CPU ms per step, exporting vs other ranks;
+``flush s`` driver and slowest worker shutdown; ``orphans`` received spans whose parent never
+arrived; ``traces`` distinct trace ids received.
 """
 
 from __future__ import annotations
@@ -413,8 +414,9 @@ def start_cluster(gpus_per_node: list[int]) -> Cluster:
 
 def _header() -> str:
     head = (
-        f"{'strategy':20} {'preset':8} {'ranks':>5} {'spans/step':>10} {'spans/s':>8} "
-        f"{'B/span':>6} {'dropped':>7} {'RSS drv/wkr MiB':>16} {'CPU/step ms exp/oth':>19} "
+        f"{'strategy':20} {'preset':8} {'ranks':>5} {'step s':>6} {'spans/step':>10} "
+        f"{'spans/s':>8} {'B/span':>6} {'dropped':>7} {'lost@col':>8} {'RSS drv/wkr MiB':>16} "
+        f"{'CPU/step ms exp/oth':>19} "
         f"{'flush s drv/wkr':>15} {'orphans':>7} {'traces':>6}"
     )
     return head + "\n" + "-" * len(head)
@@ -428,8 +430,9 @@ def _row(c: Case) -> str:
     rss = f"{c.driver_rss_mib:.0f}/{c.worker_rss_mib:.0f}+{c.worker_rss_growth_mib:.0f}"
     flush = f"{c.driver_flush_s:.2f}/{c.worker_flush_s:.2f}"
     return (
-        f"{c.strategy:20} {c.preset:8} {len(c.exporting_ranks):5d} {c.spans_per_step:10.1f} "
-        f"{c.spans_per_s:8.0f} {c.bytes_per_span:6.0f} {c.dropped:7d} {rss:>16} {cpu:>19} "
+        f"{c.strategy:20} {c.preset:8} {len(c.exporting_ranks):5d} {c.step_s:6.2f} "
+        f"{c.spans_per_step:10.1f} {c.spans_per_s:8.0f} {c.bytes_per_span:6.0f} {c.dropped:7d} "
+        f"{c.spans_exported - c.spans:8d} {rss:>16} {cpu:>19} "
         f"{flush:>15} {c.orphans:7d} {c.traces:6d}"
     )
 
