@@ -28,12 +28,12 @@ minutes on 2 cores); their telemetry is not.
 
 Columns: ``ranks`` exporting workers; ``step s`` the driver's step time; ``spans/step`` spans
 received per step (the driver's included); ``spans/s`` received per second of the step loop;
-``B/span`` OTLP bytes per span at the receiver; ``dropped`` spans the pipelines counted as
-dropped, failed or unresolved (driver + workers); ``lost@col`` spans exported but never delivered
-by the collector; ``RSS`` driver and largest worker resident memory, MiB (``+`` the largest growth
-of a worker during the case); ``CPU/step`` worker CPU ms per step, exporting vs other ranks;
-``flush s`` driver and slowest worker shutdown; ``orphans`` received spans whose parent never
-arrived; ``traces`` distinct trace ids received.
+``B/span`` OTLP bytes per span at the receiver; ``col µs/span`` the collector's CPU time per span;
+``dropped`` spans the pipelines counted as dropped, failed or unresolved (driver + workers);
+``lost@col`` spans exported but never delivered by the collector; ``RSS`` driver and largest
+worker resident memory, MiB (``+`` the largest growth of a worker during the case); ``CPU/step``
+worker CPU ms per step, exporting vs other ranks; ``flush s`` driver and slowest worker shutdown;
+``orphans`` received spans whose parent never arrived; ``traces`` distinct trace ids received.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ from nemo_rl.distributed import (  # noqa: E402
 )
 from nemo_rl.distributed.ray_cluster import TELEMETRY_ENV_PREFIXES  # noqa: E402
 from nemo_rl.telemetry import get_telemetry, init_telemetry_driver, shutdown_telemetry  # noqa: E402
-from tests.collector import rotel_agent  # noqa: E402
+from tests.collector import Agent, rotel_agent  # noqa: E402
 
 STRATEGIES = ("all_ranks", "first_rank_per_node", "sampled", "single_rank")
 PRESETS = ("default", "per_step", "all")
@@ -91,6 +91,12 @@ SHAPE = {
 
 def _sleep(seconds: float) -> None:
     time.sleep(seconds * random.uniform(0.9, 1.1))  # ranks never finish in lockstep
+
+
+def _cpu_s(pid: int) -> float:
+    """Returns the CPU time (user + system) process ``pid`` has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _rss_mib() -> float:
@@ -285,6 +291,7 @@ class Case:
     worker_rss_growth_mib: float = 0.0
     cpu_ms_per_step_exporting: float | None = None
     cpu_ms_per_step_other: float | None = None
+    collector_us_per_span: float = 0.0
     driver_flush_s: float = 0.0
     worker_flush_s: float = 0.0
     orphans: int = 0
@@ -322,14 +329,14 @@ def run_case(
     preset: str,
     workers: list[Any],
     node_of: list[str],
-    endpoint: str,
+    collector: Agent,
     receiver: Receiver,
     args: Any,
 ) -> Case:
     """Runs ``args.steps`` steps with fresh telemetry under ``strategy`` and ``preset``."""
     for key in [k for k in os.environ if k.startswith(TELEMETRY_ENV_PREFIXES)]:
         del os.environ[key]
-    os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = endpoint
+    os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = collector.grpc_endpoint
     os.environ["OTEL_EXPORTER_OTLP_PROTOCOL"] = "grpc"
     run_id = f"scale-{strategy}-{preset}-{secrets.token_hex(3)}"
     config = {
@@ -346,6 +353,7 @@ def run_case(
     }
     case = Case(strategy, preset, len(workers), len(set(node_of)), args.steps)
     case.rank_nodes = dict(enumerate(node_of))
+    collector_cpu = _cpu_s(collector.process.pid)
     init_telemetry_driver(config, "grpo")
     env = telemetry_env_vars()
     local = [node_of[:r].count(node_of[r]) for r in range(len(workers))]
@@ -380,6 +388,9 @@ def run_case(
             setattr(case, f"cpu_ms_per_step_{label}", statistics.mean(cpu) / args.steps * 1e3)
 
     spans, wire, wire_spans = receiver.spans(run_id, case.spans_exported)
+    if spans:
+        collector_s = _cpu_s(collector.process.pid) - collector_cpu
+        case.collector_us_per_span = collector_s / len(spans) * 1e6
     ids = {s[2] for s in spans}
     case.spans = len(spans)
     case.spans_per_step = len(spans) / args.steps
@@ -415,9 +426,9 @@ def start_cluster(gpus_per_node: list[int]) -> Cluster:
 def _header() -> str:
     head = (
         f"{'strategy':20} {'preset':8} {'ranks':>5} {'step s':>6} {'spans/step':>10} "
-        f"{'spans/s':>8} {'B/span':>6} {'dropped':>7} {'lost@col':>8} {'RSS drv/wkr MiB':>16} "
-        f"{'CPU/step ms exp/oth':>19} "
-        f"{'flush s drv/wkr':>15} {'orphans':>7} {'traces':>6}"
+        f"{'spans/s':>8} {'B/span':>6} {'col µs/span':>11} {'dropped':>7} {'lost@col':>8} "
+        f"{'RSS drv/wkr MiB':>16} {'CPU/step ms exp/oth':>19} {'flush s drv/wkr':>15} "
+        f"{'orphans':>7} {'traces':>6}"
     )
     return head + "\n" + "-" * len(head)
 
@@ -431,7 +442,8 @@ def _row(c: Case) -> str:
     flush = f"{c.driver_flush_s:.2f}/{c.worker_flush_s:.2f}"
     return (
         f"{c.strategy:20} {c.preset:8} {len(c.exporting_ranks):5d} {c.step_s:6.2f} "
-        f"{c.spans_per_step:10.1f} {c.spans_per_s:8.0f} {c.bytes_per_span:6.0f} {c.dropped:7d} "
+        f"{c.spans_per_step:10.1f} {c.spans_per_s:8.0f} {c.bytes_per_span:6.0f} "
+        f"{c.collector_us_per_span:11.1f} {c.dropped:7d} "
         f"{c.spans_exported - c.spans:8d} {rss:>16} {cpu:>19} "
         f"{flush:>15} {c.orphans:7d} {c.traces:6d}"
     )
@@ -503,9 +515,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(_header(), flush=True)
                 for strategy in strategies:
                     for preset in presets:
-                        case = run_case(
-                            strategy, preset, workers, node_of, agent.grpc_endpoint, receiver, args
-                        )
+                        case = run_case(strategy, preset, workers, node_of, agent, receiver, args)
                         cases.append(case)
                         print(_row(case), flush=True)
     finally:
