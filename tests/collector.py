@@ -51,19 +51,11 @@ def wait_listening(port: int, timeout: float = 10.0) -> None:
 
 @dataclass
 class Agent:
-    """A running rotel agent: where it listens and its process."""
+    """A running rotel agent: its OTLP endpoints (``http://127.0.0.1:<port>``) and its process."""
 
-    grpc_port: int
-    http_port: int
+    grpc_endpoint: str
+    http_endpoint: str
     process: subprocess.Popen[bytes]
-
-    @property
-    def grpc_endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.grpc_port}"
-
-    @property
-    def http_endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.http_port}"
 
 
 @contextmanager
@@ -106,7 +98,7 @@ def rotel_agent(
     try:
         wait_listening(grpc_port)
         wait_listening(http_port)
-        yield Agent(grpc_port, http_port, process)
+        yield Agent(f"http://127.0.0.1:{grpc_port}", f"http://127.0.0.1:{http_port}", process)
     finally:
         process.terminate()
         try:
