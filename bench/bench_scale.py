@@ -1,6 +1,6 @@
 """Many workers on a real multi-node Ray cluster, exporting through a real collector.
 
-    python bench/bench_scale.py                      # 64 workers on 8 nodes, ~5 minutes here
+    python bench/bench_scale.py                      # 64 workers, 8 nodes, 12 cases: 4-8 min here
     python bench/bench_scale.py --workers 128 --nodes 16 --steps 3
     python bench/bench_scale.py --strategies all_ranks --presets per_step --json out.json
 
@@ -29,11 +29,12 @@ minutes on 2 cores); their telemetry is not.
 Columns: ``ranks`` exporting workers; ``step s`` the driver's step time; ``spans/step`` spans
 received per step (the driver's included); ``spans/s`` received per second of the step loop;
 ``B/span`` OTLP bytes per span at the receiver; ``col µs/span`` the collector's CPU time per span
-(its idle ticks included, so shown from 500 spans); ``dropped`` spans the pipelines counted as dropped, failed or unresolved (driver + workers);
-``lost@col`` spans exported but never delivered by the collector; ``RSS`` driver and largest
-worker resident memory, MiB (``+`` the largest growth of a worker during the case); ``CPU/step``
-worker CPU ms per step, exporting vs other ranks; ``flush s`` driver and slowest worker shutdown;
-``orphans`` received spans whose parent never arrived; ``traces`` distinct trace ids received.
+(its idle ticks included, so shown from 500 spans); ``dropped`` spans the pipelines counted as
+dropped, failed or unresolved (driver + workers); ``lost@col`` spans exported but never delivered
+by the collector; ``RSS`` driver and largest worker resident memory, MiB (``+`` the largest growth
+of a worker during the case); ``CPU/step`` worker CPU ms per step, exporting vs other ranks;
+``flush s`` driver and slowest worker shutdown; ``orphans`` received spans whose parent never
+arrived; ``traces`` distinct trace ids received.
 """
 
 from __future__ import annotations
