@@ -46,6 +46,7 @@ import multiprocessing
 import os
 import random
 import secrets
+import shutil
 import statistics
 import sys
 import tempfile
@@ -407,7 +408,13 @@ def run_case(
 
 
 def start_cluster(gpus_per_node: list[int]) -> Cluster:
-    """Starts one raylet on 127.0.0.1 per entry (the first one the head), with that many GPUs."""
+    """Starts one raylet on 127.0.0.1 per entry (the first one the head), with that many GPUs.
+
+    The cluster lives under a temporary folder of its own (``$RAY_TMPDIR``, inherited by every
+    Ray process): ``Cluster`` records its address in ``<ray temp dir>/ray_current_cluster``, and a
+    plain ``ray.init()`` anywhere else on the machine would join it.
+    """
+    os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="ray_scale_", dir="/tmp")
     common = {"num_cpus": 0, "node_ip_address": "127.0.0.1", "object_store_memory": 80 * 2**20}
     cluster = Cluster(
         initialize_head=True,
@@ -525,6 +532,7 @@ def main(argv: list[str] | None = None) -> int:
         ray.shutdown()
         cluster.shutdown()
         receiver.close()
+        shutil.rmtree(os.environ["RAY_TMPDIR"], ignore_errors=True)
     print(f"\ndone in {time.perf_counter() - began:.0f} s")
     if args.json:
         args.json.write_text(json.dumps([asdict(c) for c in cases], indent=1))
