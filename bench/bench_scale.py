@@ -250,7 +250,7 @@ class Receiver:
     """The OTLP receiver behind the collector, in a child process; ``spans(run_id)`` asks it."""
 
     def __init__(self) -> None:
-        ctx = multiprocessing.get_context("spawn")
+        ctx = multiprocessing.get_context("fork")  # before Ray or gRPC start any thread
         self._conn, child = ctx.Pipe()
         self._proc = ctx.Process(target=_receiver_main, args=(child,), daemon=True)
         self._proc.start()
