@@ -3,7 +3,7 @@
 The scan parses each file (``ast``, nothing is imported or run) and finds every call whose callee
 is the name ``span`` or ``traced`` or an attribute ``.span`` / ``.traced`` (``spanspec.span``,
 ``timer.span``) with a first positional argument. It then checks, against a compiled
-:class:`~spanspec.compile.Spec`:
+:class:`~spanspec.spec.Spec`:
 
 - ``code.undeclared_span`` (violation): a literal name the registry does not declare;
 - ``code.non_literal_name`` (violation): a name that is not a string literal, a module-level
@@ -34,8 +34,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spanspec.compile import ALGORITHM_PLACEHOLDER, Spec
 from spanspec.findings import Finding, a_type, did_you_mean
+from spanspec.spec import ALGORITHM_PLACEHOLDER, Spec
 
 if TYPE_CHECKING:
     from spanspec.loader import Located

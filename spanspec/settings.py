@@ -18,11 +18,12 @@ This module knows nothing about any particular program and imports no OpenTeleme
 
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
+
+from spanspec.findings import closest, did_you_mean
 
 __all__ = [
     "DEFAULT_PREFIX",
@@ -107,8 +108,8 @@ def _choice(allowed: tuple[str, ...]) -> Callable[[Any], str]:
             return value.strip().lower()
         hint = ""
         if isinstance(value, str):
-            close = difflib.get_close_matches(value.strip().lower(), allowed, n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else ""
+            close = closest(value.strip().lower(), allowed)
+            hint = f"; did you mean '{close}'?" if close else ""
         raise ValueError(f"expected one of: {', '.join(allowed)}{hint}")
 
     return parse
@@ -121,8 +122,8 @@ def _exporters(value: Any) -> str:
     allowed = f"one of {', '.join(EXPORTERS)}, or a comma list of otlp, console, file"
     if not words or any(w not in EXPORTERS for w in words):
         bad = [w for w in words if w not in EXPORTERS]
-        close = difflib.get_close_matches(bad[0], EXPORTERS, n=1) if bad else []
-        hint = f"; did you mean '{close[0]}'?" if close else ""
+        close = closest(bad[0], EXPORTERS) if bad else None
+        hint = f"; did you mean '{close}'?" if close else ""
         raise ValueError(f"expected {allowed}{hint}")
     if len(words) > 1 and ({"auto", "none"} & set(words)):
         raise ValueError(f"expected {allowed} ('auto' and 'none' cannot be combined)")
@@ -271,7 +272,7 @@ class Settings:
         for name, value in values.items():
             spec = _BY_NAME.get(name)
             if spec is None:
-                problems.append(f"{name}: unknown setting{_suggest(name, _BY_NAME)}")
+                problems.append(f"{name}: unknown setting{did_you_mean(name, _BY_NAME)}")
                 continue
             try:
                 parsed[name] = spec.parse(value)
@@ -304,11 +305,6 @@ class Settings:
         return "\n".join(f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]}".rstrip() for r in rows)
 
 
-def _suggest(word: str, candidates: Iterable[str]) -> str:
-    close = difflib.get_close_matches(word, list(candidates), n=1)
-    return f" (did you mean '{close[0]}'?)" if close else ""
-
-
 def load_settings(
     mapping: Mapping[str, Any] | None = None,
     *,
@@ -338,7 +334,7 @@ def load_settings(
         for key in given:
             if key not in _BY_NAME:
                 label = f"{mapping_name}.{key}" if where == "config" else f"default {key}"
-                problems.append(f"{label}: unknown setting{_suggest(key, _BY_NAME)}")
+                problems.append(f"{label}: unknown setting{did_you_mean(key, _BY_NAME)}")
 
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
