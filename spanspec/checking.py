@@ -282,7 +282,8 @@ def check_files(
     The main registry is ``registry``, else the first registry among ``paths``, else the default;
     run configs are checked against it, other registries on their own.
     """
-    from spanspec.codescan import check_calls, scan_paths
+    from spanspec.codecheck import check_calls
+    from spanspec.codescan import scan_paths
     from spanspec.loader import parse_yaml
 
     findings: list[Finding] = []
