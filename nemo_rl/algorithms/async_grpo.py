@@ -32,7 +32,7 @@ from typing import Any
 
 import ray
 import torch
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 import spanspec
@@ -101,16 +101,19 @@ class AsyncGRPOConfig(GRPOConfig):
     collector_timeout_s: float = Field(300.0, gt=0.0)
     """Fail when the trainer has waited this long for one step's trajectories."""
 
-    @model_validator(mode="after")
-    def _buffer_holds_a_step(self) -> AsyncGRPOConfig:
-        batch = self.num_prompts_per_step * self.num_generations_per_prompt
-        if self.buffer_size < batch:
+    @field_validator("buffer_size")
+    @classmethod
+    def _buffer_holds_a_step(cls, value: int, info: ValidationInfo) -> int:
+        prompts, group = (
+            info.data.get("num_prompts_per_step"),
+            info.data.get("num_generations_per_prompt"),
+        )
+        if prompts is not None and group is not None and value < prompts * group:
             raise ValueError(
-                f"buffer_size={self.buffer_size} is smaller than one step's batch "
-                f"(num_prompts_per_step x num_generations_per_prompt = {batch}); "
-                f"set async_grpo.buffer_size to at least {batch}"
+                f"{value} is smaller than one step's batch (num_prompts_per_step x "
+                f"num_generations_per_prompt = {prompts * group}); set it to at least {prompts * group}"
             )
-        return self
+        return value
 
 
 class MasterConfig(RolloutRunConfig):
@@ -335,10 +338,12 @@ class TrajectoryCollector:
         with self._model_lock:
             return self.model.generate(input_ids, attention_mask, greedy=greedy)
 
+    @carries_trace
     def data_state(self) -> dict[str, Any]:
         """Returns the prompt iterator's position (past the groups already sampled)."""
         return self.data.state_dict()
 
+    @carries_trace
     def load_data_state(self, state: dict[str, Any]) -> None:
         """Continues sampling prompts from a checkpoint's position."""
         self.data.load_state_dict(state)
