@@ -52,7 +52,7 @@ from nemo_rl.algorithms.common import (
     wait_ready,
     write_checkpoint,
 )
-from nemo_rl.algorithms.grpo import GRPOConfig, RolloutRunConfig, step_metrics
+from nemo_rl.algorithms.grpo import GRPOConfig, RolloutRunConfig, log_step, step_metrics
 from nemo_rl.algorithms.loss_functions import ClippedPGLoss
 from nemo_rl.data import PromptIterator
 from nemo_rl.distributed import (
@@ -520,18 +520,12 @@ def async_grpo_train(s: AsyncGRPOSetup) -> RunSummary:
         metrics = step_metrics(
             rewards, exact, batch["response_mask"], train_metrics, num_tokens, step_time
         )
-        s.logger.log(metrics, step=done, prefix="train")
         s.logger.log(
             {"queue_size": depth, "dropped_stale": dropped, "trajectory_age": age},
             step=done,
             prefix="async",
         )
-        s.logger.log(timing, step=done, prefix="timing")
-        if summary.validation and summary.validation[-1][0] == done:
-            s.logger.log(summary.validation[-1][1], step=done, prefix="validation")
-            s.logger.print(f"step {done}: validation accuracy {accuracy:.3f}")
-        s.logger.progress(done, metrics["reward_mean"], metrics["loss"], step_time)
-        summary.add({"reward": metrics["reward_mean"]})
+        log_step(s.logger, summary, done, metrics, timing, step_time)
     return summary
 
 

@@ -56,6 +56,7 @@ __all__ = [
     "MasterConfig",
     "RolloutRunConfig",
     "grpo_train",
+    "log_step",
     "run",
     "setup",
     "step_metrics",
@@ -310,13 +311,7 @@ def grpo_train(s: GRPOSetup) -> RunSummary:
         metrics = step_metrics(
             rewards, exact, out["response_mask"], train_metrics, num_tokens, step_time
         )
-        s.logger.log(metrics, step=done, prefix="train")
-        s.logger.log(timing, step=done, prefix="timing")
-        if summary.validation and summary.validation[-1][0] == done:
-            s.logger.log(summary.validation[-1][1], step=done, prefix="validation")
-            s.logger.print(f"step {done}: validation accuracy {accuracy:.3f}")
-        s.logger.progress(done, metrics["reward_mean"], metrics["loss"], step_time)
-        summary.add({"reward": metrics["reward_mean"]})
+        log_step(s.logger, summary, done, metrics, timing, step_time)
     return summary
 
 
@@ -384,6 +379,27 @@ def step_metrics(
         "num_tokens": num_tokens,
         "tokens_per_sec": num_tokens / step_time,
     }
+
+
+def log_step(
+    logger: Logger,
+    summary: RunSummary,
+    done: int,
+    metrics: dict[str, float],
+    timing: dict[str, float],
+    step_time: float,
+) -> None:
+    """Logs step ``done``'s ``train/`` metrics and ``timing/``, its validation if it ran one,
+    moves the progress bar, and adds its reward to ``summary``."""
+    logger.log(metrics, step=done, prefix="train")
+    logger.log(timing, step=done, prefix="timing")
+    if summary.validation and summary.validation[-1][0] == done:
+        logger.log(summary.validation[-1][1], step=done, prefix="validation")
+        logger.print(
+            f"step {done}: validation accuracy {summary.validation[-1][1]['accuracy']:.3f}"
+        )
+    logger.progress(done, metrics["reward_mean"], metrics["loss"], step_time)
+    summary.add({"reward": metrics["reward_mean"]})
 
 
 def _step_seed(cfg: MasterConfig, step: int) -> int:

@@ -106,7 +106,7 @@ def test_every_step_links_to_the_fresh_enough_rollouts_it_trained_on(run):
 
 
 def test_every_rollout_after_the_first_links_to_the_weight_sync_of_its_weights(run):
-    _, _, spans, by_name = run
+    _, _, _, by_name = run
     syncs = {s["spanId"]: s for s in by_name["rl.async_grpo.weight_sync"]}
     for rollout in by_name["rl.async_grpo.rollout"]:
         version = rollout["attrs"]["rl.async.weight_version"]
