@@ -64,7 +64,7 @@ from nemo_rl.distributed import (
     span_ref,
     spawn_actor,
 )
-from nemo_rl.models.generation.interface import GenerationOutput
+from nemo_rl.models.generation.interface import GenerationOutput, num_bytes
 from nemo_rl.models.generation.torch_backend import TorchGeneration
 from nemo_rl.utils.checkpoint import CheckpointManager
 from nemo_rl.utils.logger import Logger
@@ -245,13 +245,13 @@ class TrajectoryCollector:
         self._stopped.set()
 
     @carries_trace
-    def run(self, start_step: int) -> int:
-        """Samples for steps ``start_step, start_step + 1, ...`` until ``close``; returns how many
+    def run(self, start_step: int, end_step: int) -> int:
+        """Samples for steps ``start_step .. end_step - 1`` (or until ``close``); returns how many
         rollouts it pushed."""
         self._stopped.clear()
         target = start_step
         try:
-            while not self._stop.is_set():
+            while not self._stop.is_set() and target < end_step:
                 if not self._may_sample(target):
                     with spanspec.span(
                         "rl.async_grpo.wait_for_weights",
@@ -327,7 +327,7 @@ class TrajectoryCollector:
         with self._pending_lock:
             self._pending = (state_dict, version, source)
             self._arrived.set()
-        return sum(t.numel() * t.element_size() for t in state_dict.values())
+        return num_bytes(state_dict)
 
     @carries_trace
     def generate(
@@ -464,10 +464,11 @@ def async_grpo_train(s: AsyncGRPOSetup) -> RunSummary:
     if a.val_at_start and s.start_step == 0:
         accuracy = validate(s, iteration=0)
         s.logger.log({"accuracy": accuracy}, step=0, prefix="validation")
+        s.logger.print(f"step 0: validation accuracy {accuracy:.3f}")
         summary.validation.append((0, {"accuracy": accuracy}))
 
     # From here on the collector samples ahead, in its own process, until teardown.
-    s.collecting = call(s.collector.run, s.start_step)
+    s.collecting = call(s.collector.run, s.start_step, a.max_steps)
     timer.take()  # start-up time is not part of the first step
 
     for step in range(s.start_step, a.max_steps):
