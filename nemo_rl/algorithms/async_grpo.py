@@ -258,7 +258,7 @@ class TrajectoryCollector:
                         **{"rl.iteration": target, "rl.async.weight_version": self.version},
                     ):
                         while not self._stop.is_set() and not self._may_sample(target):
-                            self._arrived.wait(0.02)
+                            self._arrived.wait(0.1)  # returns at once when weights arrive
                     continue
                 self._rollout(target)
                 target += 1
@@ -268,8 +268,11 @@ class TrajectoryCollector:
 
     def _may_sample(self, target: int) -> bool:
         self._load_pending()
-        recent = target <= self.version + self.max_age
-        return recent and ray.get(self.buffer.size.remote()) + self.P * self.G <= self.capacity
+        if target > self.version + self.max_age:
+            return False  # too old by the time step `target` would train on it
+        # The buffer is asked only when the weights are recent enough, so waiting for weights
+        # costs no polling; waiting for room polls it every 0.1 s.
+        return ray.get(self.buffer.size.remote()) + self.P * self.G <= self.capacity
 
     def _rollout(self, target: int) -> None:
         P, G, v = self.P, self.G, self.version

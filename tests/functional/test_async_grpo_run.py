@@ -47,7 +47,7 @@ def run(tmp_path_factory):
         "checkpointing.save_period=5",
         "telemetry.exporter=file",
         "telemetry.span_groups=all",
-        timeout=420,
+        timeout=280,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     spans = read_trace_spans(log_dir / "telemetry" / "traces.jsonl")

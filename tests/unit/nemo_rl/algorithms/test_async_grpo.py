@@ -115,6 +115,7 @@ def test_a_collector_that_dies_mid_run_fails_the_trainer_naming_it(ray_cluster, 
 
 
 @pytest.mark.ray
+@pytest.mark.slow
 def test_short_run_learns(ray_cluster, tmp_path):
     # 30 steps of 16 prompts x 8 samples, sampled one version ahead: about 80 s on 2 cores.
     rewards, _ = _run(
