@@ -473,6 +473,7 @@ def async_grpo_train(s: AsyncGRPOSetup) -> RunSummary:
     # From here on the collector samples ahead, in its own process, until teardown.
     s.collecting = call(s.collector.run, s.start_step, a.max_steps)
     timer.take()  # start-up time is not part of the first step
+    last_depth = 0  # the buffer starts empty, also on resume
 
     for step in range(s.start_step, a.max_steps):
         it = {"rl.iteration": step}
@@ -524,11 +525,12 @@ def async_grpo_train(s: AsyncGRPOSetup) -> RunSummary:
         metrics = step_metrics(
             rewards, exact, batch["response_mask"], train_metrics, num_tokens, step_time
         )
+        # queue_delta feeds the up-down counter rl.async.queue_size (whose value is the depth).
+        queue = {"queue_size": depth, "queue_delta": depth - last_depth}
         s.logger.log(
-            {"queue_size": depth, "dropped_stale": dropped, "trajectory_age": age},
-            step=done,
-            prefix="async",
+            {**queue, "dropped_stale": dropped, "trajectory_age": age}, step=done, prefix="async"
         )
+        last_depth = depth
         log_step(s.logger, summary, done, metrics, timing, step_time)
     return summary
 
