@@ -23,6 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from nemo_rl.algorithms.common import RunSummary
+from nemo_rl.distributed import WorkerDied
 from nemo_rl.telemetry import init_telemetry_driver, shutdown_telemetry
 from nemo_rl.telemetry.breakdown import step_breakdown
 from nemo_rl.utils.config import ConfigError, load_config
@@ -84,6 +85,8 @@ def run_loop(loop: Loop, argv: Sequence[str] | None = None, doc: str | None = No
         return _fail(str(e), EXIT_BAD_INPUT, shutdown=True)
     except _worker_errors() as e:
         return _fail(_worker_failure(e), EXIT_FAILED, shutdown=True)
+    except WorkerDied as e:  # the loop found a worker dead or silent and said which
+        return _fail(str(e), EXIT_FAILED, shutdown=True)
     _shutdown()
 
     for line in summary.lines():

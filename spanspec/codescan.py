@@ -253,6 +253,8 @@ def _attributes(call: ast.Call) -> tuple[tuple[tuple[str, Any], ...], bool]:
     out: list[tuple[str, Any]] = []
     dynamic = False
     for kw in call.keywords:
+        if kw.arg == "links":  # span(..., links=[...]) is a parameter, not an attribute
+            continue
         if kw.arg is not None:
             out.append((kw.arg, _literal(kw.value)))
         elif isinstance(kw.value, ast.Dict):

@@ -14,7 +14,7 @@ import logging
 import numbers
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, TypeVar, cast
 
@@ -182,17 +182,18 @@ def _problem(gate: _Gate, finding_id: str, message: str, key: str = "") -> None:
 class _LiveSpan:
     """An enabled span: started as the current span on enter, always ended on exit."""
 
-    __slots__ = ("_attributes", "_gate", "_span", "_token")
+    __slots__ = ("_attributes", "_gate", "_links", "_span", "_token")
 
-    def __init__(self, gate: _Gate, attributes: dict[str, Any]) -> None:
+    def __init__(self, gate: _Gate, attributes: dict[str, Any], links: Sequence[Any] = ()) -> None:
         self._gate = gate
         self._attributes = attributes
+        self._links = [x if isinstance(x, trace.Link) else trace.Link(x) for x in links]
 
     def start(self) -> Span:
         """Start the span without making it current (for generators)."""
         gate = self._gate
         attrs = gate.clean(self._attributes) if self._attributes else None
-        return gate.tracer.start_span(gate.name, attributes=attrs)
+        return gate.tracer.start_span(gate.name, attributes=attrs, links=self._links or None)
 
     def __enter__(self) -> Span:
         span = self._span = self.start()
@@ -227,8 +228,13 @@ _undeclared_gates: dict[str, _Gate] = {}
 _lock = threading.Lock()
 
 
-def span(name: str, /, **attributes: Any) -> AbstractContextManager[Span | None]:
+def span(
+    name: str, /, *, links: Sequence[Any] = (), **attributes: Any
+) -> AbstractContextManager[Span | None]:
     """Open the registry's span ``name`` as a context manager.
+
+    ``links`` (OpenTelemetry ``SpanContext`` or ``Link`` objects) are the span's links: spans of
+    other traces it depends on, such as the rollouts a training step consumed.
 
     ``with span("rl.grpo.rollout", **{"rl.iteration": 3}) as s:`` gives the OpenTelemetry span,
     or ``None`` when the span's group is off or spanspec is not active (then it costs one dict
@@ -243,7 +249,7 @@ def span(name: str, /, **attributes: Any) -> AbstractContextManager[Span | None]
         return NOOP
     if gate is _UNDECLARED:
         gate = _undeclared(name)
-    return _LiveSpan(gate, attributes)
+    return _LiveSpan(gate, attributes, links)
 
 
 def _undeclared(name: str) -> _Gate:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import ray
+import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 import spanspec
@@ -53,9 +54,12 @@ __all__ = [
     "GRPOConfig",
     "GRPOSetup",
     "MasterConfig",
+    "RolloutRunConfig",
     "grpo_train",
+    "log_step",
     "run",
     "setup",
+    "step_metrics",
     "teardown",
     "validate",
 ]
@@ -87,13 +91,12 @@ class GRPOConfig(BaseModel):
     """Coefficients of the clipped policy-gradient loss."""
 
 
-class MasterConfig(BaseModel):
-    """A whole GRPO run: ``examples/configs/grpo_tiny.yaml`` is one."""
+class RolloutRunConfig(BaseModel):
+    """The blocks of a run that samples from its policy, all but the loop's own section (shared
+    by GRPO and async GRPO)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    grpo: GRPOConfig = Field(default_factory=GRPOConfig)
-    """The outer loop."""
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     """The trained model and its optimiser."""
     generation: GenerationConfig = Field(default_factory=GenerationConfig)
@@ -108,6 +111,13 @@ class MasterConfig(BaseModel):
     """Ray."""
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     """Traces and metrics (see ``nemo_rl.telemetry``)."""
+
+
+class MasterConfig(RolloutRunConfig):
+    """A whole GRPO run: ``examples/configs/grpo_tiny.yaml`` is one."""
+
+    grpo: GRPOConfig = Field(default_factory=GRPOConfig)
+    """The outer loop."""
 
 
 # -- setup --------------------------------------------------------------------------------------
@@ -298,25 +308,10 @@ def grpo_train(s: GRPOSetup) -> RunSummary:
         # LOG: after the step span closed, so the step's own time is known.
         timing = timer.take()
         step_time = timing["rl.grpo.step"]
-        metrics = {
-            "reward_mean": float(rewards.mean()),
-            "reward_std": float(rewards.std()),
-            "accuracy": exact,
-            "response_length": float(out["response_mask"].sum(-1).float().mean()),
-            **{
-                k: train_metrics[k]
-                for k in ("loss", "pg_loss", "kl", "clip_fraction", "grad_norm", "lr")
-            },
-            "num_tokens": num_tokens,
-            "tokens_per_sec": num_tokens / step_time,
-        }
-        s.logger.log(metrics, step=done, prefix="train")
-        s.logger.log(timing, step=done, prefix="timing")
-        if summary.validation and summary.validation[-1][0] == done:
-            s.logger.log(summary.validation[-1][1], step=done, prefix="validation")
-            s.logger.print(f"step {done}: validation accuracy {accuracy:.3f}")
-        s.logger.progress(done, metrics["reward_mean"], metrics["loss"], step_time)
-        summary.add({"reward": metrics["reward_mean"]})
+        metrics = step_metrics(
+            rewards, exact, out["response_mask"], train_metrics, num_tokens, step_time
+        )
+        log_step(s.logger, summary, done, metrics, timing, step_time)
     return summary
 
 
@@ -360,6 +355,51 @@ def load_checkpoint(s: GRPOSetup, path: str) -> None:
         ray.get(call(s.generation.update_weights, call(s.policy.state_dict)))
         s.train_data.load_state_dict(state["data"])
         s.start_step = int(state["step"])
+
+
+def step_metrics(
+    rewards: torch.Tensor,
+    exact: float,
+    response_mask: torch.Tensor,
+    train_metrics: dict[str, float],
+    num_tokens: int,
+    step_time: float,
+) -> dict[str, float]:
+    """Returns the ``train/`` metrics of a step: reward statistics, exact-match share, response
+    length, the policy worker's loss statistics, and tokens (and tokens per second of step time)."""
+    return {
+        "reward_mean": float(rewards.mean()),
+        "reward_std": float(rewards.std()),
+        "accuracy": exact,
+        "response_length": float(response_mask.sum(-1).float().mean()),
+        **{
+            k: train_metrics[k]
+            for k in ("loss", "pg_loss", "kl", "clip_fraction", "grad_norm", "lr")
+        },
+        "num_tokens": num_tokens,
+        "tokens_per_sec": num_tokens / step_time,
+    }
+
+
+def log_step(
+    logger: Logger,
+    summary: RunSummary,
+    done: int,
+    metrics: dict[str, float],
+    timing: dict[str, float],
+    step_time: float,
+) -> None:
+    """Logs step ``done``'s ``train/`` metrics and ``timing/``, its validation if it ran one,
+    moves the progress bar, and adds its reward to ``summary``."""
+    logger.log(metrics, step=done, prefix="train")
+    logger.log(timing, step=done, prefix="timing")
+    if summary.validation and summary.validation[-1][0] == done:
+        logger.log(summary.validation[-1][1], step=done, prefix="validation")
+        logger.print(
+            f"step {done}: validation accuracy {summary.validation[-1][1]['accuracy']:.3f}"
+        )
+    logger.progress(done, metrics["reward_mean"], metrics["loss"], step_time)
+    summary.add({"reward": metrics["reward_mean"]})
 
 
 def _step_seed(cfg: MasterConfig, step: int) -> int:

@@ -8,6 +8,11 @@ Two halves, written once:
 - ``call(actor.method, *args, **kwargs)`` on the driver (or in a worker that calls another
   worker): injects the current context into ``_trace_carrier`` and returns the ``ObjectRef``.
 
+A span can also be named across processes without being a parent: ``span_ref(span)`` is a small
+picklable ``SpanRef`` (trace id, span id, flags) that another process turns back into a
+``SpanContext`` with ``SpanRef.context()`` to link to it (an async-GRPO step links to the rollouts
+it trained on, which ran in the collector before the step existed).
+
 A process whose telemetry is off still attaches and re-injects the carrier, so a context passing
 through a non-exporting rank to a second actor is kept.
 """
@@ -17,11 +22,13 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
+
+from opentelemetry import trace
 
 from spanspec import propagate
 
-__all__ = ["CARRIER_KWARG", "call", "carries_trace"]
+__all__ = ["CARRIER_KWARG", "SpanRef", "call", "carries_trace", "span_ref"]
 
 CARRIER_KWARG = "_trace_carrier"
 
@@ -87,3 +94,29 @@ def call(method: Any, *args: Any, **kwargs: Any) -> Any:
     if carrier:
         kwargs[CARRIER_KWARG] = carrier
     return method.remote(*args, **kwargs)
+
+
+class SpanRef(NamedTuple):
+    """A span's identity as plain ints, to send to another process and link to there."""
+
+    trace_id: int
+    span_id: int
+    trace_flags: int
+
+    def context(self) -> trace.SpanContext:
+        """Returns the ``SpanContext`` this names (remote), for ``spanspec.span(..., links=)``."""
+        return trace.SpanContext(
+            self.trace_id,
+            self.span_id,
+            is_remote=True,
+            trace_flags=trace.TraceFlags(self.trace_flags),
+        )
+
+
+def span_ref(span: Any = None) -> SpanRef | None:
+    """Returns the ``SpanRef`` of ``span`` (default: the current span), or None when there is no
+    recorded span (its group is off, or telemetry is)."""
+    ctx = (span if span is not None else trace.get_current_span()).get_span_context()
+    if not ctx.is_valid:
+        return None
+    return SpanRef(ctx.trace_id, ctx.span_id, int(ctx.trace_flags))

@@ -44,3 +44,35 @@ def test_bad_config_is_one_message_and_exit_2(tmp_path, content, args, words):
     for w in words:
         assert w in r.stderr
     assert not (tmp_path / "run").exists()  # failed before anything was written
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (
+            ["async_grpo.max_trajectory_age_steps=-1"],
+            ["async_grpo.max_trajectory_age_steps", "greater than or equal to 0"],
+        ),
+        (
+            ["async_grpo.buffer_size=100"],
+            ["async_grpo.buffer_size: ", "100 is smaller than one step's batch", "at least 256"],
+        ),
+        (
+            ["async_grpo.max_trajectory_age=2"],
+            ["async_grpo.max_trajectory_age: unknown key", "did you mean max_trajectory_age_steps"],
+        ),
+    ],
+)
+def test_bad_async_grpo_config_is_one_message_and_exit_2(tmp_path, args, words):
+    r = subprocess.run(
+        [sys.executable, "examples/run_async_grpo.py", *args, f"logger.log_dir={tmp_path}/run"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr
+    for w in words:
+        assert w in r.stderr, r.stderr
+    assert "Ray" not in r.stderr + r.stdout  # failed before Ray started
+    assert not (tmp_path / "run").exists()
