@@ -21,6 +21,7 @@ __all__ = [
     "MetricDef",
     "SpanEntry",
     "Spec",
+    "format_duration",
     "parse_duration",
 ]
 
@@ -42,10 +43,17 @@ def parse_duration(text: str) -> float:
     match = _DURATION.match(text) if isinstance(text, str) else None
     seconds = float(match.group(1)) * DURATION_UNITS[match.group(2)] if match else 0.0
     if seconds <= 0:
-        raise ValueError(
-            "expected a positive duration with a unit s, m or h (e.g. 30s, 10m, 2h)"
-        )
+        raise ValueError("expected a positive duration with a unit s, m or h (e.g. 30s, 10m, 2h)")
     return seconds
+
+
+def format_duration(seconds: float) -> str:
+    """Return seconds as the registry writes them: ``600.0`` -> ``"10m"``, ``1.5`` -> ``"1.5s"``."""
+    for unit in ("h", "m"):
+        size = DURATION_UNITS[unit]
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
 
 
 # Python types accepted for each declared attribute type (bool is not an int here).

@@ -29,6 +29,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from spanspec.spec import format_duration
+
 __all__ = [
     "STALL_EVENT",
     "OpenSpan",
@@ -337,7 +339,7 @@ def _message(stall: Stall, watched: _Watched, thread_name: str) -> str:
     attrs = ", ".join(f"{k}={v!r}" for k, v in stall.attributes.items()) or "(none)"
     lines = [
         f"stall: span '{stall.name}' has been open {stall.open_s:.1f} s, longer than its "
-        f"max_duration {_seconds(stall.max_duration_s)} (pid {stall.pid}{', ' if labels else ''}"
+        f"max_duration {format_duration(stall.max_duration_s)} (pid {stall.pid}{', ' if labels else ''}"
         f"{labels}); nothing is interrupted",
         f"  attributes: {attrs}",
     ]
@@ -366,13 +368,6 @@ def _tree(spans: tuple[OpenSpan, ...], stalled: int | None) -> list[str]:
 
     walk(None, 0)
     return out or ["    (none known)"]
-
-
-def _seconds(value: float) -> str:
-    for unit, size in (("h", 3600), ("m", 60)):
-        if value >= size and value % size == 0:
-            return f"{value / size:g}{unit}"
-    return f"{value:g}s"
 
 
 def _after_fork() -> None:

@@ -184,5 +184,3 @@ def test_the_exporter_lists_every_open_span_of_the_process(registry, tmp_path, c
              for ss in rs["scopeSpans"] for s in ss["spans"]]  # fmt: skip
     (phase,) = [s for s in spans if s["name"] == "demo.phase"]
     assert [e["name"] for e in phase["events"]] == ["spanspec.stall"]
-
-
