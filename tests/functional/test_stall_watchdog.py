@@ -20,7 +20,7 @@ import pytest
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
-BOUND_S = 4
+BOUND_S = 8  # above a normal phase here (policy_update takes ~4 s on a loaded 2-core box)
 # The driver phases that wait on the policy worker, bounded to BOUND_S for this test.
 BOUNDED = ["logprob", "reference_policy", "policy_update", "weight_sync"]
 
@@ -123,20 +123,22 @@ def test_a_stopped_policy_worker_is_named_by_the_driver_and_the_run_completes(tm
     try:
         # Once the first step is logged the loop is running: stop the policy worker.
         _wait_for(
-            lambda: (log_dir / "metrics.jsonl").exists()
-            and (log_dir / "metrics.jsonl").read_text().strip(),
+            lambda: (
+                (log_dir / "metrics.jsonl").exists()
+                and (log_dir / "metrics.jsonl").read_text().strip()
+            ),
             180,
             "the first logged step",
         )
         workers = _descendants(proc.pid)
-        (stopped,) = [pid for pid, cmdline in workers.items() if "ray::PolicyWorker" in cmdline]
-        os.kill(stopped, signal.SIGSTOP)
-        at = time.monotonic()
-        text = _wait_for(
-            lambda: "stall: span" in "".join(err) and "".join(err), 60, "the stall warning"
-        )
+        (policy_pid,) = [pid for pid, cmd in workers.items() if "ray::PolicyWorker" in cmd]
+        before = len("".join(err))
+        os.kill(policy_pid, signal.SIGSTOP)
+        stopped, at = policy_pid, time.monotonic()
+        _wait_for(lambda: "stall: span" in "".join(err)[before:], 60, "the stall warning")
         waited = time.monotonic() - at
-        os.kill(stopped, signal.SIGCONT)
+        time.sleep(0.5)  # the rest of the warning's lines
+        os.kill(policy_pid, signal.SIGCONT)
         stopped = None
         assert proc.wait(timeout=240) == 0, "".join(out)[-3000:] + "".join(err)[-5000:]
     finally:
@@ -147,21 +149,26 @@ def test_a_stopped_policy_worker_is_named_by_the_driver_and_the_run_completes(tm
             proc.wait()
     for reader in readers:
         reader.join(timeout=5)
-    text = "".join(err)
+    text = "".join(err)[before:]
     warning = text[text.index("stall: span") :]
+    end = warning.find("\nstall: span")  # a later warning (another phase) starts there
+    warning = warning if end < 0 else warning[:end]
     print(warning)  # shown with -s: what a user sees
     first = warning.splitlines()[0]
     phase = re.search(r"span 'rl\.grpo\.([a-z_]+)' has been open", first)
     assert phase and phase.group(1) in BOUNDED, first
     assert f"longer than its max_duration {BOUND_S}s" in first and "group driver" in first
-    assert re.search(r"waiting for: PolicyWorker\.[a-z_]+ \(actor [0-9a-f]{8}, pid \d+\)", warning)
-    assert f"pid {stopped}" in warning or re.search(r"pid \d+\), called", warning)
+    assert re.search(
+        rf"waiting for: PolicyWorker\.[a-z_]+ \(actor [0-9a-f]{{8}}, pid {policy_pid}\), called",
+        warning,
+    ), warning
     assert "<- stalled" in warning and "rl.grpo.step" in warning
     # Reported within the bound (plus the time the phase was already open and one poll).
     assert waited < 2 * BOUND_S + 5, waited
 
     stdout = "".join(out)
     (line,) = [ln for ln in stdout.splitlines() if ln.startswith("telemetry cost:")]
+    print(line)
     spans, exported, dropped = map(
         int, re.search(r"(\d+) spans \((\d+) exported, (\d+) dropped\)", line).groups()
     )
