@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
@@ -166,6 +167,7 @@ def _build(
         handle.pipelines.append(stats)
         return stats
 
+    before = set(threading.enumerate())
     try:
         built = _pipeline.build(settings, resource, protocols, pipeline)
     except SettingsError:
@@ -176,6 +178,8 @@ def _build(
     handle.meter_provider = built.meter_provider or otel_metrics.NoOpMeterProvider()
     handle.logger_provider = built.logger_provider
     handle._open_spans = built.open_spans
+    # The threads the SDK started for its processors and readers are the export threads.
+    built.cpu.adopt(t for t in threading.enumerate() if t not in before)
     handle._cpu = built.cpu
     handle._exporters = built.exporters
     handle._guards = built.guards

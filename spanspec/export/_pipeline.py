@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import threading
 import time
 import warnings
 import weakref
@@ -394,19 +393,6 @@ def build(
     pipeline: Callable[[str, str], PipelineStats],
 ) -> Built:
     """Return the providers for ``settings``; ``pipeline(signal, exporter)`` makes each stats row."""
-    before = set(threading.enumerate())
-    built = _build(settings, resource, protocols, pipeline)
-    # The threads the SDK started for its processors and readers are the export threads.
-    built.cpu.adopt(t for t in threading.enumerate() if t not in before)
-    return built
-
-
-def _build(
-    settings: Settings,
-    resource: Resource,
-    protocols: dict[str, str],
-    pipeline: Callable[[str, str], PipelineStats],
-) -> Built:
     built = Built(
         TracerProvider(
             resource=resource, id_generator=UrandomIdGenerator(), shutdown_on_exit=False
