@@ -20,7 +20,23 @@ from spanspec.spec import ALGORITHM_PLACEHOLDER, Spec
 if TYPE_CHECKING:
     from spanspec.loader import Located
 
-__all__ = ["check_calls"]
+__all__ = ["check_calls", "emitted_names"]
+
+
+def emitted_names(spec: Spec, scan: CodeScan) -> frozenset[str]:
+    """Returns the declared span names that some scanned call can emit (f-strings count for
+    every declared name they can stand for)."""
+    names = list(spec.spans)
+    return frozenset(n for call in scan.calls for n in _declared_matches(call, spec, names))
+
+
+def _declared_matches(call: SpanCall, spec: Spec, names: list[str]) -> list[str]:
+    if call.name is not None:
+        return [call.name] if call.name in spec.spans else []
+    if call.pattern is not None:
+        regex = re.compile(call.pattern, re.DOTALL)
+        return [n for n in names if regex.fullmatch(n)]
+    return []
 
 
 def check_calls(
@@ -62,8 +78,7 @@ def check_calls(
                 continue
             matched = [call.name]
         elif call.pattern is not None:
-            regex = re.compile(call.pattern, re.DOTALL)
-            matched = [n for n in names if regex.fullmatch(n)]
+            matched = _declared_matches(call, spec, names)
             if not matched:
                 findings.append(
                     Finding(

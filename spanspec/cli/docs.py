@@ -20,6 +20,12 @@ def add(commands: Any) -> None:
     docs.add_argument(
         "--check", action="store_true", help="write nothing; exit 1 if the file is not up to date"
     )
+    docs.add_argument(
+        "--code",
+        action="append",
+        metavar="PATH",
+        help="Python sources to scan: the spans-per-algorithm table then shows what they emit",
+    )
     add_common_options(docs)
     docs.set_defaults(run=run)
 
@@ -30,7 +36,16 @@ def run(args: argparse.Namespace) -> int:
     spec, findings = require_spec(args)
     if spec is None:
         return emit(findings, args, title="spanspec docs")
-    text = render_reference(spec, source_name(spec.source))
+    emitted = None
+    if args.code:
+        from spanspec.codecheck import emitted_names
+        from spanspec.codescan import scan_paths
+
+        scan = scan_paths(args.code)
+        if scan.findings:
+            return emit(scan.findings, args, title="spanspec docs")
+        emitted = emitted_names(spec, scan)
+    text = render_reference(spec, source_name(spec.source), emitted)
     out = Path(args.out)
     return write_or_check(
         out / REFERENCE_FILE, text, args.check, f"spanspec docs --out {display(out)}"

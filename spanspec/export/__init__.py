@@ -96,27 +96,29 @@ def setup(
     *,
     local_rank: int | None = None,
     worker_group: str = "",
+    node: str | None = None,
     exporting: bool | None = None,
     handle_sigterm: bool = False,
     register_atexit: bool = True,
 ) -> TelemetryHandle:
     """Build this process's providers from ``settings``.
 
-    ``resource`` adds attributes to :func:`base_resource_attributes` (and to
-    ``$OTEL_RESOURCE_ATTRIBUTES``, which the SDK reads; explicit attributes win). Whether this
-    process exports follows :func:`should_export` unless ``exporting`` says so. When it does not,
-    the handle holds no-op providers and nothing of the SDK is imported. ``handle_sigterm``
-    installs :meth:`TelemetryHandle.install_sigterm_flush`; ``register_atexit`` flushes at exit.
+        ``resource`` adds attributes to :func:`base_resource_attributes` (and to
+        ``$OTEL_RESOURCE_ATTRIBUTES``, which the SDK reads; explicit attributes win). Whether this
+        process exports follows :func:`should_export` (``node``: this process's node id, for
+    ``first_rank_per_node`` where several nodes share a host) unless ``exporting`` says so. When it does not,
+        the handle holds no-op providers and nothing of the SDK is imported. ``handle_sigterm``
+        installs :meth:`TelemetryHandle.install_sigterm_flush`; ``register_atexit`` flushes at exit.
 
-    Returns:
-        The :class:`TelemetryHandle`; call its ``shutdown()`` at the end.
+        Returns:
+            The :class:`TelemetryHandle`; call its ``shutdown()`` at the end.
 
-    Raises:
-        SettingsError: for an unusable OTLP protocol, or an exporter the SDK refuses to build
-            (a configuration error, reported before any work starts).
+        Raises:
+            SettingsError: for an unusable OTLP protocol, or an exporter the SDK refuses to build
+                (a configuration error, reported before any work starts).
     """
     decided = should_export(
-        settings, rank, world_size, local_rank=local_rank, worker_group=worker_group
+        settings, rank, world_size, local_rank=local_rank, worker_group=worker_group, node=node
     )
     if exporting is None:
         exporting = decided

@@ -26,9 +26,10 @@ def _local_rank(local_rank: int | None) -> int | None:
 _node_claims: dict[str, int] = {}
 
 
-def _claim_node(run_id: str | None) -> bool:
-    """First process of this run on this host to take an exclusive lock wins (held until exit)."""
-    key = hashlib.sha1(f"{run_id or 'no-run-id'}".encode()).hexdigest()[:16]
+def _claim_node(run_id: str | None, node: str | None) -> bool:
+    """First process of this run on this node (``node``, else this host) to take an exclusive
+    lock wins (held until exit)."""
+    key = hashlib.sha1(f"{run_id or 'no-run-id'}:{node or ''}".encode()).hexdigest()[:16]
     if key in _node_claims:
         return True
     path = Path(tempfile.gettempdir()) / f"spanspec-export-{key}.lock"
@@ -57,6 +58,7 @@ def should_export(
     *,
     local_rank: int | None = None,
     worker_group: str = "",
+    node: str | None = None,
 ) -> bool:
     """Return whether the process of ``rank`` exports, by ``settings.export_strategy``:
 
@@ -64,7 +66,8 @@ def should_export(
     - ``all_ranks``: every rank;
     - ``first_rank_per_node``: the process whose local rank is 0 (``local_rank``, else
       ``$LOCAL_RANK`` / ``$SLURM_LOCALID``; without either, the first process of the run on the
-      host to take a lock file);
+      node to take a lock file: ``node`` names it where several nodes share a host, as Ray's
+      node id does);
     - ``sampled``: ``export_rank`` plus a stable pseudo-random ``export_sample_rate`` share of
       the ranks (the same ranks for the same ``run_id``).
 
@@ -79,7 +82,7 @@ def should_export(
         return rank == settings.export_rank
     if strategy == "first_rank_per_node":
         local = _local_rank(local_rank)
-        return local == 0 if local is not None else _claim_node(settings.run_id)
+        return local == 0 if local is not None else _claim_node(settings.run_id, node)
     if strategy == "sampled":
         if rank == settings.export_rank:
             return True

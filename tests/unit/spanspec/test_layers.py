@@ -77,15 +77,7 @@ def _matches(module: str, patterns: str) -> bool:
     return any(p and fnmatch.fnmatchcase(module, p) for p in patterns.split("|"))
 
 
-def _rule_param(rule: tuple[str, str, str, str]):
-    who, what, _, _ = rule
-    if what == "nemo_rl.algorithms":
-        mark = pytest.mark.xfail(strict=False, reason="policy worker takes its loss: lead's change")
-        return pytest.param(rule, id=f"{who} !-> {what}", marks=mark)
-    return pytest.param(rule, id=f"{who} !-> {what}")
-
-
-@pytest.mark.parametrize("rule", [_rule_param(r) for r in RULES])
+@pytest.mark.parametrize("rule", [pytest.param(r, id=f"{r[0]} !-> {r[1]}") for r in RULES])
 def test_no_import_breaks_a_rule(rule):
     who, what, unless, why = rule
     broken = sorted(
