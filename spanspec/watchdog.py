@@ -147,9 +147,10 @@ def enable(
 
 def disable() -> None:
     """Stop watching: the thread ends (within its poll interval), open spans are forgotten."""
-    global _enabled, _thread, _open_spans_source
+    global _enabled, _thread, _open_spans_source, _interval
     with _lock:
         _enabled = False
+        _interval = 1.0
         thread, _thread = _thread, None
         _open_spans_source = None
         _open.clear()
