@@ -14,7 +14,15 @@ from types import MappingProxyType
 from spanspec.findings import Finding, Level, SpecError, a_type, did_you_mean
 from spanspec.loader import Located, gc_paused
 from spanspec.schema import MetricDecl, Registry, SpanDecl
-from spanspec.spec import ALGORITHM_PLACEHOLDER, AttributeDef, GroupDef, MetricDef, SpanEntry, Spec
+from spanspec.spec import (
+    ALGORITHM_PLACEHOLDER,
+    AttributeDef,
+    GroupDef,
+    MetricDef,
+    SpanEntry,
+    Spec,
+    parse_duration,
+)
 
 __all__ = ["compile_registry"]
 
@@ -140,6 +148,7 @@ def _spans(
             {k: r.value for k, r in decl.attributes.items() if k in span_attrs}
         )
         frozen_attrs = MappingProxyType(span_attrs)
+        bound = parse_duration(decl.max_duration) if decl.max_duration else None
         for name, algorithm in _expansions(decl):
             if algorithm and algorithm not in algorithms:
                 algorithms.append(algorithm)
@@ -152,7 +161,14 @@ def _spans(
                 continue
             first_seen[name] = i
             spans[name] = SpanEntry(
-                name, decl.group, decl.brief, decl.name, algorithm, frozen_attrs, requirements
+                name,
+                decl.group,
+                decl.brief,
+                decl.name,
+                algorithm,
+                frozen_attrs,
+                requirements,
+                bound,
             )
     return spans, algorithms
 

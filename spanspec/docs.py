@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from spanspec.spec import ALGORITHM_PLACEHOLDER, SpanEntry, Spec
+from spanspec.spec import ALGORITHM_PLACEHOLDER, SpanEntry, Spec, format_duration
 
 __all__ = ["REFERENCE_FILE", "render_reference"]
 
@@ -153,17 +153,19 @@ def render_reference(
         "## Spans",
         "",
         f"A name with `{ALGORITHM_PLACEHOLDER}` stands for one span per algorithm listed. "
-        "Attributes: **required**, recommended, *opt-in*.",
+        "Attributes: **required**, recommended, *opt-in*. Max duration: the stall watchdog warns "
+        "once when the span stays open longer (see `watchdog.md`).",
         "",
     ]
     out += _table(
-        ["span", "group", "algorithms", "attributes", "meaning"],
+        ["span", "group", "algorithms", "attributes", "max duration", "meaning"],
         (
             [
                 _code(d.template),
                 _code(d.entry.group),
                 ", ".join(d.algorithms) if d.algorithms else "–",
                 _attribute_list(d.entry),
+                _duration(d.entry.max_duration_s),
                 d.entry.brief,
             ]
             for d in declarations
@@ -215,6 +217,10 @@ def _ordered(spec: Spec, groups: Iterable[str]) -> list[str]:
 
 def _sorted_values(values: Iterable[object]) -> list[object]:
     return sorted(values, key=lambda v: (type(v).__name__, str(v)))
+
+
+def _duration(seconds: float | None) -> str:
+    return "–" if seconds is None else format_duration(seconds)
 
 
 def _attribute_list(entry: SpanEntry) -> str:

@@ -231,7 +231,8 @@ def validation_findings(
                 hint = did_you_mean(
                     got, re.findall(r"'([^']*)'", str(error.get("ctx", {}).get("expected", "")))
                 )
-            message = f"{field}: {error['msg']}{shown}{hint}"
+            text = str(error["msg"]).removeprefix("Value error, ")
+            message = f"{field}: {text}{shown}{hint}"
         findings.append(Finding(f"schema.{kind}", message, file=located.path, line=line, col=col))
     return findings
 

@@ -22,6 +22,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode
 
+from spanspec import watchdog
 from spanspec.findings import Finding, SpecError, a_type
 from spanspec.spec import REDACTED, AttributeDef, SpanEntry, Spec
 
@@ -65,7 +66,7 @@ _UNDECLARED = object()
 class _Gate:
     """An enabled span name, prepared: its tracer and per-attribute checks."""
 
-    __slots__ = ("attributes", "entry", "name", "strict", "tracer", "types")
+    __slots__ = ("attributes", "bound", "entry", "live", "name", "strict", "tracer", "types")
 
     def __init__(
         self, name: str, entry: SpanEntry | None, tracer: trace.Tracer, strict: bool
@@ -75,6 +76,9 @@ class _Gate:
         self.tracer = tracer
         self.strict = strict
         self.attributes: Mapping[str, AttributeDef] = entry.attributes if entry else {}
+        # A span with a max_duration is watched while open; any other pays nothing for it.
+        self.bound = entry.max_duration_s if entry else None
+        self.live: type[_LiveSpan] = _LiveSpan if self.bound is None else _WatchedSpan
         # Exact Python types accepted without the slower general check.
         self.types = {
             key: _FAST_TYPES.get(a.type, ()) if a.allowed is None and not a.sensitive else ()
@@ -211,6 +215,31 @@ class _LiveSpan:
         return False
 
 
+class _WatchedSpan(_LiveSpan):
+    """An enabled span with a ``max_duration``: the stall watchdog watches it while it is open
+    as a ``with`` block (a ``@traced`` generator's span is not watched)."""
+
+    __slots__ = ("_clean", "_watched")
+
+    def start(self) -> Span:
+        gate = self._gate
+        attrs = self._clean = gate.clean(self._attributes) if self._attributes else None
+        return gate.tracer.start_span(gate.name, attributes=attrs, links=self._links or None)
+
+    def __enter__(self) -> Span:
+        span = super().__enter__()
+        self._watched = watchdog.watch(
+            self._gate.name, cast(float, self._gate.bound), span, self._clean
+        )
+        return span
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> bool:
+        watchdog.unwatch(self._watched)
+        return super().__exit__(exc_type, exc, tb)
+
+
 def _fail(span: Span, exc: BaseException) -> None:
     span.record_exception(exc)
     span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
@@ -249,7 +278,7 @@ def span(
         return NOOP
     if gate is _UNDECLARED:
         gate = _undeclared(name)
-    return _LiveSpan(gate, attributes, links)
+    return gate.live(gate, attributes, links)
 
 
 def _undeclared(name: str) -> _Gate:

@@ -216,6 +216,12 @@ FIELDS: tuple[FieldSpec, ...] = (
         5.0,
         "Upper bound on the final flush at shutdown, in seconds.",
     ),
+    FieldSpec(
+        "watchdog",
+        _bool,
+        True,
+        "Warn (once, with stacks) when a span outlives the max_duration its registry entry declares.",
+    ),
 )
 _BY_NAME = {f.name: f for f in FIELDS}
 
@@ -262,6 +268,7 @@ class Settings:
     run_id: str | None = _default("run_id")
     user_id: str | None = _default("user_id")
     shutdown_timeout_s: float = _default("shutdown_timeout_s")
+    watchdog: bool = _default("watchdog")
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @property

@@ -7,6 +7,7 @@ It is built by :mod:`spanspec.compile`; this module imports neither pydantic nor
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -20,11 +21,39 @@ __all__ = [
     "MetricDef",
     "SpanEntry",
     "Spec",
+    "format_duration",
+    "parse_duration",
 ]
 
 ALGORITHM_PLACEHOLDER = "{algorithm}"
 # What a sensitive attribute's value is replaced with, on the way out and when checked back.
 REDACTED = "[REDACTED]"
+
+
+DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([smh])\s*$")
+
+
+def parse_duration(text: str) -> float:
+    """Return ``"90s"``, ``"10m"`` or ``"1.5h"`` in seconds.
+
+    Raises:
+        ValueError: naming what is expected, for any other text or a zero duration.
+    """
+    match = _DURATION.match(text) if isinstance(text, str) else None
+    seconds = float(match.group(1)) * DURATION_UNITS[match.group(2)] if match else 0.0
+    if seconds <= 0:
+        raise ValueError("expected a positive duration with a unit s, m or h (e.g. 30s, 10m, 2h)")
+    return seconds
+
+
+def format_duration(seconds: float) -> str:
+    """Return seconds as the registry writes them: ``600.0`` -> ``"10m"``, ``1.5`` -> ``"1.5s"``."""
+    for unit in ("h", "m"):
+        size = DURATION_UNITS[unit]
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
 
 
 # Python types accepted for each declared attribute type (bool is not an int here).
@@ -83,6 +112,8 @@ class SpanEntry:
     algorithm: str | None
     attributes: Mapping[str, AttributeDef]
     requirements: Mapping[str, str]
+    max_duration_s: float | None = None
+    """The registry's ``max_duration``: how long the span may stay open before the watchdog warns."""
 
     @property
     def required(self) -> frozenset[str]:

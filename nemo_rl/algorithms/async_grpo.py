@@ -351,11 +351,12 @@ class TrajectoryCollector:
         """Continues sampling prompts from a checkpoint's position."""
         self.data.load_state_dict(state)
 
-    def close(self) -> None:
-        """Stops the sampling loop (waits for the rollout in progress) and flushes telemetry."""
+    def close(self) -> Any:
+        """Stops the sampling loop (waits for the rollout in progress) and flushes telemetry;
+        returns what this process's telemetry cost."""
         self._stop.set()
         self._stopped.wait(timeout=30)
-        self.model.close()
+        return self.model.close()
 
 
 # -- setup --------------------------------------------------------------------------------------

@@ -18,11 +18,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from nemo_rl.data import CharTokenizer, left_pad
 from nemo_rl.distributed import call, spawn_actor
+from nemo_rl.distributed.trace_context import remember_pid
 from nemo_rl.environments import ArithmeticEnvironment, Problem, make_problems
 from nemo_rl.models.causal_lm import ModelConfig
 from nemo_rl.models.generation.interface import GenerationConfig, GenerationOutput
 from nemo_rl.models.generation.torch_backend import TorchGeneration
 from nemo_rl.models.policy import LossFunction, PolicyConfig, PolicyWorker
+from nemo_rl.telemetry import add_worker_costs
 from nemo_rl.utils.checkpoint import (
     CheckpointConfig,
     CheckpointManager,
@@ -205,19 +207,31 @@ def spawn_generation(
 
 
 def wait_ready(*actors: Any) -> None:
-    """Returns once every actor has started (raises what a failed constructor raised)."""
-    ray.get([a.__ray_ready__.remote() for a in actors])
+    """Returns once every actor has started (raises what a failed constructor raised); notes
+    each actor's pid for the stall watchdog's warnings."""
+    pids = ray.get([a.__ray_call__.remote(_pid) for a in actors])
+    for actor, pid in zip(actors, pids, strict=True):
+        remember_pid(actor, pid)
+
+
+def _pid(_actor: Any) -> int:
+    return os.getpid()
 
 
 def stop_workers(*actors: Any) -> None:
-    """Flushes the actors' telemetry and stops them; an actor that already died is skipped."""
+    """Flushes the actors' telemetry and stops them; an actor that already died is skipped.
+
+    What each worker's telemetry cost (its ``close()`` returns it) is kept for the job's cost line.
+    """
     live = [a for a in actors if a is not None]
+    costs = []
     for a, ref in [(a, a.close.remote()) for a in live]:
         try:
-            ray.get(ref, timeout=30)
+            costs.append(ray.get(ref, timeout=30))
         except Exception:  # a dead worker has nothing left to flush; the run already failed
             pass
         ray.kill(a)
+    add_worker_costs(costs)
 
 
 def num_micro_batches(cfg: PolicyConfig, batch_size: int) -> int:

@@ -15,20 +15,25 @@ it trained on, which ran in the collector before the step existed).
 
 A process whose telemetry is off still attaches and re-injects the carrier, so a context passing
 through a non-exporting rank to a second actor is kept.
+
+``call`` also notes the call on the caller's innermost span that declares a ``max_duration``
+(:func:`spanspec.watchdog.note_call`), so a stall warning names the worker call the phase is
+waiting for; that costs one lookup when no such span is open.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import weakref
 from collections.abc import Callable
 from typing import Any, NamedTuple, TypeVar
 
 from opentelemetry import trace
 
-from spanspec import propagate
+from spanspec import propagate, watchdog
 
-__all__ = ["CARRIER_KWARG", "SpanRef", "call", "carries_trace", "span_ref"]
+__all__ = ["CARRIER_KWARG", "SpanRef", "call", "carries_trace", "remember_pid", "span_ref"]
 
 CARRIER_KWARG = "_trace_carrier"
 
@@ -93,7 +98,48 @@ def call(method: Any, *args: Any, **kwargs: Any) -> Any:
     carrier = propagate.inject()
     if carrier:
         kwargs[CARRIER_KWARG] = carrier
-    return method.remote(*args, **kwargs)
+    ref = method.remote(*args, **kwargs)
+    watchdog.note_call(_describe(method), lambda: _pending(ref))
+    return ref
+
+
+def _describe(method: Any) -> str:
+    """``PolicyWorker.train (actor 3f2a..., pid 4711)``: what a stall warning says is awaited."""
+    name = getattr(method, "_method_name", None) or getattr(method, "__name__", "call")
+    handle = getattr(method, "_actor", None)
+    if isinstance(handle, weakref.ref):
+        handle = handle()
+    cls, where = "", ""
+    if handle is not None:
+        descriptor = getattr(handle, "_ray_actor_creation_function_descriptor", None)
+        cls = getattr(descriptor, "class_name", "") or ""
+        actor_id = getattr(handle, "_actor_id", None)
+        if actor_id is not None:
+            where = f" (actor {actor_id.hex()[:8]}{_pid_of(actor_id.hex())})"
+    return f"{cls + '.' if cls else ''}{name}{where}"
+
+
+def _pid_of(actor_id: str) -> str:
+    pid = _actor_pids.get(actor_id)
+    return f", pid {pid}" if pid else ""
+
+
+_actor_pids: dict[str, int] = {}
+
+
+def remember_pid(actor: Any, pid: int) -> None:
+    """Note that ``actor`` runs as process ``pid``, for the stall warning's worker calls."""
+    actor_id = getattr(actor, "_actor_id", None)
+    if actor_id is not None and pid:
+        _actor_pids[actor_id.hex()] = pid
+
+
+def _pending(ref: Any) -> bool:
+    """Whether the call's result is still awaited (asked of Ray without fetching it)."""
+    import ray
+
+    ready, _ = ray.wait([ref], timeout=0, fetch_local=False)
+    return not ready
 
 
 class SpanRef(NamedTuple):

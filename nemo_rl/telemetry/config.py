@@ -56,6 +56,7 @@ class TelemetryConfig(BaseModel):
     )
     user_id: str | None = _field("user_id")
     shutdown_timeout_s: float = _field("shutdown_timeout_s", gt=0)
+    watchdog: bool = _field("watchdog")
 
     @model_validator(mode="before")
     @classmethod

@@ -12,6 +12,10 @@ official exporters:
 - ``file``: OTLP/JSON lines in ``traces.jsonl``, ``metrics.jsonl``, ``logs.jsonl`` under
   ``settings.file_dir`` (see :mod:`spanspec._file_exporter`).
 
+With the ``watchdog`` setting on, :func:`setup` switches on :mod:`spanspec.watchdog` (a span
+outliving its ``max_duration`` is reported once); :meth:`TelemetryHandle.shutdown` switches it
+off. :meth:`ExportStats.cost` is the process's own telemetry cost (spans, drops, export CPU).
+
 Never hurting the caller:
 
 - Spans are handed to a batch queue sized for bursts (``SPAN_QUEUE_SIZE``); a dead or silent
@@ -35,6 +39,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
@@ -42,6 +47,7 @@ from typing import Any
 
 from opentelemetry import metrics as otel_metrics
 
+from spanspec import watchdog
 from spanspec.export._handle import TelemetryHandle, _zero_after_fork
 from spanspec.export._stats import (
     _SDK_EXPORT_LOGGERS,
@@ -53,6 +59,7 @@ from spanspec.export._stats import (
     TRUNCATED_ATTRIBUTE,
     ExportStats,
     PipelineStats,
+    TelemetryCost,
     _NotTelemetry,
     _OncePerMessage,
 )
@@ -69,6 +76,7 @@ __all__ = [
     "TRUNCATED_ATTRIBUTE",
     "ExportStats",
     "PipelineStats",
+    "TelemetryCost",
     "TelemetryHandle",
     "base_resource_attributes",
     "otlp_endpoint",
@@ -128,6 +136,9 @@ def setup(
         )
         return TelemetryHandle(settings, rank, world_size, is_exporting=False, reason=reason)
     handle = _build(settings, rank, world_size, dict(resource or {}))
+    if settings.watchdog:
+        labels = {"rank": rank, "group": worker_group} if worker_group else {"rank": rank}
+        watchdog.enable(labels, open_spans=handle._open_spans.snapshot)
     if register_atexit:
         handle._register_atexit()
     if handle_sigterm:
@@ -158,6 +169,7 @@ def _build(
         handle.pipelines.append(stats)
         return stats
 
+    before = set(threading.enumerate())
     try:
         built = _pipeline.build(settings, resource, protocols, pipeline)
     except SettingsError:
@@ -168,6 +180,9 @@ def _build(
     handle.meter_provider = built.meter_provider or otel_metrics.NoOpMeterProvider()
     handle.logger_provider = built.logger_provider
     handle._open_spans = built.open_spans
+    # The threads the SDK started for its processors and readers are the export threads.
+    built.cpu.adopt(t for t in threading.enumerate() if t not in before)
+    handle._cpu = built.cpu
     handle._exporters = built.exporters
     handle._guards = built.guards
     ref = weakref.ref(handle)

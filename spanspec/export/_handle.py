@@ -21,7 +21,8 @@ from typing import Any
 from opentelemetry import metrics as otel_metrics
 from opentelemetry import trace as otel_trace
 
-from spanspec.export._stats import ExportStats, PipelineStats, _copy, _log
+from spanspec import watchdog
+from spanspec.export._stats import ExportCpu, ExportStats, PipelineStats, _copy, _log
 
 # -- the handle -------------------------------------------------------------------------------
 
@@ -61,6 +62,7 @@ class TelemetryHandle:
         self.logger_provider = logger_provider
         self.pipelines: list[PipelineStats] = []
         self._open_spans: Any = None
+        self._cpu = ExportCpu()
         self._exporters: list[Any] = []
         self._guards: list[Any] = []
         self._log_handler: logging.Handler | None = None
@@ -87,7 +89,17 @@ class TelemetryHandle:
         if self._final is not None:
             return self._final
         truncated = self._open_spans.truncated if self._open_spans is not None else 0
-        return ExportStats([_copy(p) for p in self.pipelines], truncated)
+        self._cpu.measure()
+        return ExportStats(
+            [_copy(p) for p in self.pipelines],
+            truncated,
+            spans_produced=self._produced(),
+            export_cpu_s=self._cpu.total(),
+            process_cpu_s=time.process_time(),
+        )
+
+    def _produced(self) -> int:
+        return self._open_spans.ended if self._open_spans is not None else 0
 
     def force_flush(self, timeout_s: float = 5.0) -> bool:
         """Export what is queued now, waiting at most ``timeout_s``.
@@ -130,10 +142,12 @@ class TelemetryHandle:
         start = time.monotonic()
         timed_out = False
         truncated = 0
+        watchdog.disable()
         try:
             if self.is_exporting:
                 if self._open_spans is not None:
                     truncated = self._open_spans.end_all()
+                self._cpu.measure()  # while the export threads live; their last exports add on
                 tasks = [
                     lambda p=p: p.shutdown()
                     for p in (self.tracer_provider, self.meter_provider, self.logger_provider)
@@ -152,6 +166,9 @@ class TelemetryHandle:
             truncated,
             shutdown_s=time.monotonic() - start,
             shutdown_timed_out=timed_out,
+            spans_produced=self._produced(),
+            export_cpu_s=self._cpu.total(),
+            process_cpu_s=time.process_time(),
         )
         self._final = final
         self._done.set()
@@ -247,8 +264,11 @@ class TelemetryHandle:
 def _zero_after_fork(ref: weakref.ref[TelemetryHandle]) -> None:
     """In a forked child, count from zero: the SDK dropped the parent's queue, nothing was lost."""
     handle = ref()
+    if handle is not None:
+        handle._cpu.reset()
     for stats in handle.pipelines if handle is not None else ():
         stats.ended = stats.submitted = stats.exported = stats.failed = stats.failed_exports = 0
+        stats.points_submitted = stats.points_exported = 0
 
 
 def _run_bounded(tasks: list[Any], timeout_s: float) -> bool:

@@ -28,6 +28,7 @@ from nemo_rl.models.generation.interface import (
     num_bytes,
 )
 from nemo_rl.telemetry import get_telemetry, record_token_usage
+from spanspec.export import TelemetryCost
 
 __all__ = ["VllmGeneration", "assemble_output", "native_tracing_args"]
 
@@ -223,6 +224,7 @@ class VllmGeneration(GenerationInterface):
             self.llm.apply_model(functools.partial(_load_weights, state_dict))
         return size
 
-    def close(self) -> None:
-        """Flushes this worker's telemetry; call before the actor is killed."""
-        close_worker()
+    def close(self) -> TelemetryCost | None:
+        """Flushes this worker's telemetry; call before the actor is killed. Returns what the
+        worker's telemetry cost (None in-process)."""
+        return close_worker()

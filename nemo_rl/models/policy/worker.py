@@ -25,6 +25,7 @@ from nemo_rl.models.causal_lm import (
     build_scalar_model,
     token_logprobs,
 )
+from spanspec.export import TelemetryCost
 
 __all__ = ["LossFunction", "PolicyConfig", "PolicyWorker"]
 
@@ -264,9 +265,10 @@ class PolicyWorker:
         self.model.save_pretrained(path)
         return path
 
-    def close(self) -> None:
-        """Flushes this worker's telemetry; call before the actor is killed."""
-        close_worker()
+    def close(self) -> TelemetryCost | None:
+        """Flushes this worker's telemetry; call before the actor is killed. Returns what the
+        worker's telemetry cost (None in-process)."""
+        return close_worker()
 
 
 def _read_checkpoint(path: str) -> dict[str, Any]:
