@@ -11,6 +11,7 @@ __all__ = [
     "TELEMETRY_ENV_PREFIXES",
     "in_ray_actor",
     "init_ray",
+    "ray_node_id",
     "spawn_actor",
     "telemetry_env_vars",
 ]
@@ -66,6 +67,11 @@ def spawn_actor(
     if env_vars:
         options["runtime_env"] = {"env_vars": env_vars}
     return ray.remote(cls).options(**options).remote(*args, **kwargs)
+
+
+def ray_node_id() -> str | None:
+    """Returns the id of the Ray node this process runs on (None outside Ray)."""
+    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
 
 
 def in_ray_actor() -> bool:

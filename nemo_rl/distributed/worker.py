@@ -6,7 +6,7 @@ import os
 
 import torch
 
-from nemo_rl.distributed.ray_cluster import in_ray_actor
+from nemo_rl.distributed.ray_cluster import in_ray_actor, ray_node_id
 from nemo_rl.telemetry import init_telemetry_worker, shutdown_telemetry
 
 __all__ = ["close_worker", "init_worker"]
@@ -23,7 +23,7 @@ def init_worker(rank: int, world_size: int, group: str) -> None:
     if not in_ray_actor():
         return
     torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS") or 1)))
-    init_telemetry_worker(rank=rank, world_size=world_size, worker_group=group)
+    init_telemetry_worker(rank=rank, world_size=world_size, worker_group=group, node=ray_node_id())
 
 
 def close_worker() -> None:

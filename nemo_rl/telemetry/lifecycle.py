@@ -29,9 +29,9 @@ import spanspec
 from nemo_rl.telemetry.config import TelemetryConfig
 from spanspec import export
 from spanspec import metrics as spanspec_metrics
-from spanspec.compile import Spec
 from spanspec.export import ExportStats, TelemetryHandle
 from spanspec.settings import DEFAULT_PREFIX, Settings, SettingsError, load_settings
+from spanspec.spec import Spec
 
 __all__ = [
     "get_telemetry",
@@ -256,10 +256,13 @@ def init_telemetry_worker(
     worker_group: str,
     *,
     local_rank: int | None = None,
+    node: str | None = None,
     spec: Spec | None = None,
 ) -> TelemetryHandle:
     """Start a worker's telemetry from the env the driver wrote; the export strategy decides
-    whether this rank exports. Never raises: a bad setting leaves telemetry off here, logged.
+    whether this rank exports (``node``: the Ray node id, so ``first_rank_per_node`` picks one
+    process per Ray node even where several share a host). Never raises: a bad setting leaves
+    telemetry off here, logged.
 
     Returns:
         The worker's handle (``is_exporting`` False on a rank that does not export).
@@ -286,6 +289,7 @@ def init_telemetry_worker(
             },
             local_rank=local_rank,
             worker_group=worker_group,
+            node=node,
             handle_sigterm=True,
         )
         _activate(handle, spec)
