@@ -24,7 +24,7 @@ from nemo_rl.models.causal_lm import ModelConfig
 from nemo_rl.models.generation.interface import GenerationConfig, GenerationOutput
 from nemo_rl.models.generation.torch_backend import TorchGeneration
 from nemo_rl.models.policy import LossFunction, PolicyConfig, PolicyWorker
-from nemo_rl.telemetry import add_worker_costs
+from nemo_rl.telemetry import TelemetryConfig, add_worker_costs
 from nemo_rl.utils.checkpoint import (
     CheckpointConfig,
     CheckpointManager,
@@ -36,6 +36,8 @@ from nemo_rl.utils.logger import LoggerConfig
 __all__ = [
     "ClusterConfig",
     "EnvConfig",
+    "LoopConfig",
+    "RunConfig",
     "RunSummary",
     "Task",
     "checkpoint_manager",
@@ -48,6 +50,7 @@ __all__ = [
     "score_responses",
     "spawn_generation",
     "spawn_policy",
+    "spawn_run_generation",
     "stop_workers",
     "wait_ready",
     "write_checkpoint",
@@ -72,6 +75,22 @@ class EnvConfig(BaseModel):
     """Share of the problems held out for validation."""
 
 
+class LoopConfig(BaseModel):
+    """What every loop's own section (``grpo:``, ``sft:``, ...) holds, so ``<algo>.max_steps=N``
+    and the other keys below work alike in each."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_steps: int = Field(150, ge=1)
+    """Training steps of the run (a resumed run continues up to the same number)."""
+    val_period: int = Field(25, ge=0)
+    """Validate after every this many steps (0: never, except at the start if asked)."""
+    val_at_start: bool = True
+    """Validate once before the first step (step 0), as the baseline."""
+    seed: int = 42
+    """Seeds the model weights, the data split and order, and every step's sampling."""
+
+
 class ClusterConfig(BaseModel):
     """Ray."""
 
@@ -83,6 +102,26 @@ class ClusterConfig(BaseModel):
     """Logical CPUs of a local cluster."""
     worker_num_cpus: float = Field(1.0, gt=0.0)
     """CPUs each worker actor asks for (also its torch thread count)."""
+
+
+class RunConfig(BaseModel):
+    """The blocks every run config has besides its loop's own section (and, where the loop
+    samples, ``generation``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    """The trained model and its optimiser."""
+    env: EnvConfig = Field(default_factory=EnvConfig)
+    """The task."""
+    checkpointing: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    """Checkpoints and resume."""
+    logger: LoggerConfig = Field(default_factory=LoggerConfig)
+    """Metrics file and console."""
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    """Ray."""
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+    """Traces and metrics (see ``nemo_rl.telemetry``)."""
 
 
 # -- the task -------------------------------------------------------------------------------------
@@ -203,6 +242,21 @@ def spawn_generation(
         tokenizer.pad_token_id,
         seed,
         num_cpus=cluster.worker_num_cpus,
+    )
+
+
+def spawn_run_generation(cfg: Any, tokenizer: CharTokenizer, seed: int, policy: Any) -> Any:
+    """Returns :func:`spawn_generation` for a run config with ``generation``, ``policy``,
+    ``cluster`` and ``logger`` blocks."""
+    return spawn_generation(
+        cfg.generation,
+        cfg.policy.model,
+        cfg.policy.model_name,
+        cfg.cluster,
+        tokenizer,
+        seed,
+        policy,
+        cfg.logger.log_dir,
     )
 
 

@@ -15,13 +15,15 @@ from typing import Any
 
 import ray
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 import spanspec
 from nemo_rl.algorithms.advantages import group_normalized_advantages
 from nemo_rl.algorithms.common import (
     ClusterConfig,
     EnvConfig,
+    LoopConfig,
+    RunConfig,
     RunSummary,
     Task,
     checkpoint_manager,
@@ -31,8 +33,8 @@ from nemo_rl.algorithms.common import (
     num_micro_batches,
     read_checkpoint,
     score_responses,
-    spawn_generation,
     spawn_policy,
+    spawn_run_generation,
     stop_workers,
     wait_ready,
     write_checkpoint,
@@ -42,10 +44,8 @@ from nemo_rl.data import PromptIterator
 from nemo_rl.distributed import call, init_ray
 from nemo_rl.environments import Problem
 from nemo_rl.models.generation.interface import GenerationConfig, GenerationOutput
-from nemo_rl.models.policy import PolicyConfig
-from nemo_rl.telemetry import TelemetryConfig
-from nemo_rl.utils.checkpoint import CheckpointConfig, CheckpointManager
-from nemo_rl.utils.logger import Logger, LoggerConfig
+from nemo_rl.utils.checkpoint import CheckpointManager
+from nemo_rl.utils.logger import Logger
 from nemo_rl.utils.timer import Timer, annotate
 
 __all__ = [
@@ -68,49 +68,25 @@ __all__ = [
 # -- config -------------------------------------------------------------------------------------
 
 
-class GRPOConfig(BaseModel):
-    """The outer loop."""
+class GRPOConfig(LoopConfig):
+    """The outer loop (``max_steps``, ``val_period``, ``val_at_start``, ``seed``: see ``LoopConfig``)."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    max_steps: int = Field(150, ge=1)
-    """Training steps of the run (a resumed run continues up to the same number)."""
     num_prompts_per_step: int = Field(32, ge=1)
     """Distinct prompts per step."""
     num_generations_per_prompt: int = Field(8, ge=2)
     """Responses sampled per prompt: the group whose rewards are normalised together."""
     normalize_rewards: bool = True
     """Divide each group's centred rewards by the group's std (the GRPO paper's advantage)."""
-    val_period: int = Field(25, ge=0)
-    """Validate after every this many steps (0: never, except at the start if asked)."""
-    val_at_start: bool = True
-    """Validate once before the first step (step 0), as the baseline."""
-    seed: int = 42
-    """Seeds the model weights, the data order and every step's sampling."""
     loss: ClippedPGLossConfig = Field(default_factory=ClippedPGLossConfig)
     """Coefficients of the clipped policy-gradient loss."""
 
 
-class RolloutRunConfig(BaseModel):
+class RolloutRunConfig(RunConfig):
     """The blocks of a run that samples from its policy, all but the loop's own section (shared
-    by GRPO and async GRPO)."""
+    by GRPO and async GRPO): ``RunConfig``'s and ``generation``."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    policy: PolicyConfig = Field(default_factory=PolicyConfig)
-    """The trained model and its optimiser."""
     generation: GenerationConfig = Field(default_factory=GenerationConfig)
     """How responses are sampled."""
-    env: EnvConfig = Field(default_factory=EnvConfig)
-    """The task."""
-    checkpointing: CheckpointConfig = Field(default_factory=CheckpointConfig)
-    """Checkpoints and resume."""
-    logger: LoggerConfig = Field(default_factory=LoggerConfig)
-    """Metrics file and console."""
-    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
-    """Ray."""
-    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
-    """Traces and metrics (see ``nemo_rl.telemetry``)."""
 
 
 class MasterConfig(RolloutRunConfig):
@@ -155,16 +131,7 @@ def setup(cfg: MasterConfig) -> GRPOSetup:
         policy = spawn_policy(
             cfg.policy, cfg.cluster, vocab, cfg.grpo.seed, loss, cfg.generation.temperature
         )
-        generation = spawn_generation(
-            cfg.generation,
-            cfg.policy.model,
-            cfg.policy.model_name,
-            cfg.cluster,
-            task.tokenizer,
-            cfg.grpo.seed,
-            policy,
-            cfg.logger.log_dir,
-        )
+        generation = spawn_run_generation(cfg, task.tokenizer, cfg.grpo.seed, policy)
         wait_ready(policy, generation)
     s = GRPOSetup(
         cfg=cfg,

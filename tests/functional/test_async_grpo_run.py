@@ -7,7 +7,7 @@ from collections import defaultdict
 
 import pytest
 
-from tests.example_runs import live_check_summary, read_trace_spans, run_example
+from tests.traces import live_check, read_spans, run_example
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -50,7 +50,7 @@ def run(tmp_path_factory):
         timeout=280,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    spans = read_trace_spans(log_dir / "telemetry" / "traces.jsonl")
+    spans = read_spans(log_dir / "telemetry" / "traces.jsonl")
     by_name = defaultdict(list)
     for s in spans:
         by_name[s["name"]].append(s)
@@ -157,7 +157,7 @@ def test_trainer_phases_each_step_and_the_collector_report(run):
 
 def test_emitted_traces_pass_live_check(run):
     log_dir, _, _, _ = run
-    summary = live_check_summary(log_dir / "telemetry")
+    summary = live_check(log_dir / "telemetry")
     assert summary["ok"] and summary["violations"] == 0
     assert summary["spans_checked"] == summary["spans"] > 0
     coverage = {c["group"]: c for c in summary["coverage"]}
