@@ -24,8 +24,8 @@ from pydantic import BaseModel, ValidationError
 
 from nemo_rl.algorithms.common import RunSummary
 from nemo_rl.telemetry import init_telemetry_driver, shutdown_telemetry
-from nemo_rl.telemetry.breakdown import step_breakdown
 from nemo_rl.utils.config import ConfigError, load_config
+from spanspec.breakdown import step_breakdown
 from spanspec.findings import SpecError
 from spanspec.settings import SettingsError
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import spanspec
-from nemo_rl.telemetry.breakdown import compute_breakdown, step_breakdown
+from spanspec.breakdown import compute_breakdown, step_breakdown
 from spanspec.otlp_json import SpanRecord
 from tests.unit.spanspec.fixtures.traces import grpo_steps, write_traces
 
