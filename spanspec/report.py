@@ -25,8 +25,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from spanspec import Spec, load
 from spanspec.breakdown import Breakdown, compute_breakdown
-from spanspec.compile import Spec
 from spanspec.otlp_json import SpanRecord, read_traces
 from spanspec.timeline import lane_of, lanes, pack_tracks
 from spanspec.view import ITERATION_ATTRIBUTE
@@ -222,8 +222,6 @@ def write_report(
         ReportError: for a missing path, no trace file, unreadable lines, an unknown run id, or
             no spans at all.
     """
-    from spanspec.compile import load
-
     files = find_trace_files(path)
     read = read_traces(files)
     bad = [f for f in read.findings if f.level == "violation"]
