@@ -69,6 +69,7 @@ def run_loop(loop: Loop, argv: Sequence[str] | None = None, doc: str | None = No
         return _fail(f"telemetry: cannot write {e.filename or ''}: {e.strerror or e}", 2)
 
     settings = handle.settings
+    print(f"telemetry: {handle.destinations()}", flush=True)  # where each signal goes
     section = getattr(cfg, loop.name)
     job_attrs: dict[str, Any] = {
         "rl.algorithm": loop.name,
@@ -95,6 +96,8 @@ def run_loop(loop: Loop, argv: Sequence[str] | None = None, doc: str | None = No
         if loop.report is not None:
             print(loop.report(trace_file, settings.run_id))
         print(f"traces: {trace_file}  (view a step: spanspec view {trace_file})")
+        report = os.path.join(cfg.logger.log_dir, "report.html")
+        print(f"report: spanspec report {cfg.logger.log_dir} -o {report}")
     return 0
 
 

@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from spanspec import Spec, load
+from spanspec.spec import Spec
 
 __all__ = ["Breakdown", "PhaseTime", "compute_breakdown", "step_breakdown"]
 
@@ -155,4 +155,10 @@ def step_breakdown(
     spans = otlp_json.read_spans(paths)
     if run_id is not None:
         spans = [s for s in spans if s.resource.get("rl.run_id") == run_id]
-    return compute_breakdown(spans, spec or load())
+    return compute_breakdown(spans, spec or _load())
+
+
+def _load() -> Spec:
+    from spanspec.registry import load
+
+    return load()

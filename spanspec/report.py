@@ -25,9 +25,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from spanspec import Spec, load
 from spanspec.breakdown import Breakdown, compute_breakdown
 from spanspec.otlp_json import SpanRecord, read_traces
+from spanspec.spec import Spec
 from spanspec.timeline import lane_of, lanes, pack_tracks
 from spanspec.view import ITERATION_ATTRIBUTE
 
@@ -229,8 +229,14 @@ def write_report(
         raise ReportError(str(bad[0]))
     if not read.spans:
         raise ReportError(f"{files[0]}: the file holds no spans")
-    data = report_data(read.spans, spec or load(), run_id=run_id)
+    data = report_data(read.spans, spec or _load(), run_id=run_id)
     data["files"] = [str(f) for f in files]
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(render_report(data), encoding="utf-8")
     return data
+
+
+def _load() -> Spec:
+    from spanspec.registry import load
+
+    return load()
