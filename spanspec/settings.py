@@ -131,31 +131,22 @@ def _exporters(value: Any) -> str:
     return ",".join(dict.fromkeys(words))
 
 
-def _int_at_least(minimum: int) -> Callable[[Any], int]:
+def _int_at_least(minimum: int, maximum: int | None = None) -> Callable[[Any], int]:
+    expected = (
+        f"an integer >= {minimum}"
+        if maximum is None
+        else (f"an integer between {minimum} and {maximum}")
+    )
+
     def parse(value: Any) -> int:
         try:
             if isinstance(value, bool) or isinstance(value, float):
                 raise ValueError
             number = int(value)
         except (TypeError, ValueError):
-            raise ValueError(f"expected an integer >= {minimum}") from None
-        if number < minimum:
-            raise ValueError(f"expected an integer >= {minimum}")
-        return number
-
-    return parse
-
-
-def _int_between(low: int, high: int) -> Callable[[Any], int]:
-    def parse(value: Any) -> int:
-        try:
-            if isinstance(value, bool) or isinstance(value, float):
-                raise ValueError
-            number = int(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"expected an integer between {low} and {high}") from None
-        if not low <= number <= high:
-            raise ValueError(f"expected an integer between {low} and {high}")
+            raise ValueError(f"expected {expected}") from None
+        if number < minimum or (maximum is not None and number > maximum):
+            raise ValueError(f"expected {expected}")
         return number
 
     return parse
@@ -233,7 +224,7 @@ FIELDS: tuple[FieldSpec, ...] = (
     ),
     FieldSpec(
         "prometheus_port",
-        _int_between(1, 65535),
+        _int_at_least(1, 65535),
         9464,
         "With the prometheus exporter: each exporting process serves /metrics on 127.0.0.1, on "
         "the first free port from this one.",

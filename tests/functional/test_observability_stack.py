@@ -15,13 +15,12 @@ import shutil
 import subprocess
 import sys
 import time
-import urllib.parse
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from spanspec.otlp_json import read_spans
+from tests.backends import prometheus_query, run_env
 from tests.otlp_receiver import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,22 +36,6 @@ pytestmark = [
 ]
 STEPS = 3
 PROJECT = "stack-test-run"
-
-
-def _clean_env() -> dict[str, str]:
-    return {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("NEMO_RL_OTEL_", "NEMO_LENS_", "OTEL_", "RAY_ADDRESS"))
-    }
-
-
-def prometheus_query(port: int, query: str) -> list[dict]:
-    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": query})
-    with urllib.request.urlopen(url, timeout=5) as response:
-        body = json.load(response)
-    assert body["status"] == "success", body
-    return body["data"]["result"]
 
 
 def phoenix(port: int, project: str, iteration: int | None = None) -> dict:
@@ -80,7 +63,7 @@ def stack(tmp_path_factory):
         "METRICS_PORT": free_port(),
     }
     env = {
-        **_clean_env(),
+        **run_env(),
         **{k: str(v) for k, v in ports.items()},
         "STACK_DIR": str(folder),
         "STACK_VENV": str(STACK_VENV),
@@ -106,7 +89,7 @@ def run(stack, tmp_path_factory):
     ports, *_ = stack
     log_dir = tmp_path_factory.mktemp("run")
     env = {
-        **_clean_env(),
+        **run_env(),
         "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{ports['ROTEL_GRPC_PORT']}",
         "NEMO_RL_OTEL_EXPORTER": "otlp,prometheus,file",
         "NEMO_RL_OTEL_PROMETHEUS_PORT": str(ports["METRICS_PORT"]),

@@ -4,8 +4,6 @@ run's `rl.*` metrics come back through Prometheus's HTTP API with the run's labe
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 import subprocess
 import sys
@@ -16,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.backends import prometheus_query, run_env
 from tests.otlp_receiver import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,14 +25,6 @@ pytestmark = [
     pytest.mark.skipif(PROMETHEUS is None, reason="needs Debian's prometheus (scripts/test.sh)"),
 ]
 PORTS = 4  # the driver and the two workers take the first free ports from the base
-
-
-def query(port: int, promql: str) -> list[dict]:
-    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
-    with urllib.request.urlopen(url, timeout=5) as response:
-        body = json.load(response)
-    assert body["status"] == "success", body
-    return body["data"]["result"]
 
 
 def _free_block(size: int) -> int:
@@ -86,11 +77,7 @@ def scraped(tmp_path_factory):
                 assert server.poll() is None, (folder / "prometheus.log").read_text()[-2000:]
                 assert time.monotonic() < deadline, "prometheus not ready"
                 time.sleep(0.3)
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith(("NEMO_RL_OTEL_", "NEMO_LENS_", "OTEL_", "RAY_ADDRESS"))
-        }
+        env = run_env()
         cmd = [
             sys.executable,
             "examples/run_grpo.py",
@@ -114,17 +101,19 @@ def scraped(tmp_path_factory):
 
 def test_the_run_says_where_metrics_are_served(scraped):
     _, base, proc = scraped
-    assert f"metrics -> prometheus http://127.0.0.1:{base}/metrics" in proc.stdout + proc.stderr
+    out = proc.stdout.splitlines()
+    line = next(x for x in out if x.startswith("telemetry: traces -> "))
+    assert "metrics -> file " in line and f", prometheus http://127.0.0.1:{base}/metrics;" in line
 
 
 def test_rl_series_come_back_through_the_prometheus_api(scraped):
     api, base, _ = scraped
-    found = query(api, '{__name__=~"rl_.*"}')
+    found = prometheus_query(api, '{__name__=~"rl_.*"}')
     names = {r["metric"]["__name__"] for r in found}
     assert {"rl_policy_loss", "rl_reward_mean"} <= {n.removesuffix("_ratio") for n in names}, names
     loss = next(r for r in found if r["metric"]["__name__"].startswith("rl_policy_loss"))
     assert loss["metric"]["instance"] == f"127.0.0.1:{base}"  # the driver took the first port
     assert float(loss["value"][1]) == pytest.approx(float(loss["value"][1]))  # a number
     # The resource reaches Prometheus as target_info labels: which run and project.
-    info = query(api, "target_info")
+    info = prometheus_query(api, "target_info")
     assert any(r["metric"].get("openinference_project_name") == "prom-test" for r in info), info
