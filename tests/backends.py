@@ -1,5 +1,5 @@
-"""What the backend tests share: a run's environment free of outside telemetry settings, and a
-query against a Prometheus server's HTTP API."""
+"""What the backend tests share: a run's environment free of outside telemetry settings, and the
+series a Prometheus server scraped, through its HTTP API."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 import urllib.parse
 import urllib.request
 
-__all__ = ["prometheus_query", "run_env"]
+__all__ = ["prometheus_series", "run_env"]
 
 
 def run_env(**extra: str) -> dict[str, str]:
@@ -21,9 +21,15 @@ def run_env(**extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
-def prometheus_query(port: int, promql: str) -> list[dict]:
-    """The result vector of an instant query to the Prometheus server on ``127.0.0.1:port``."""
-    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+def prometheus_series(port: int, selector: str, window: str = "15m") -> list[dict]:
+    """Every series ``selector`` matches on the Prometheus server on ``127.0.0.1:port`` over the
+    last ``window``, each ``{"metric": labels, "values": [[time, "value"], ...]}``.
+
+    A range, not an instant query: once a run ends its targets go down and Prometheus marks their
+    series stale, so an instant query finds nothing, while the scraped samples are all kept.
+    """
+    query = f"{selector}[{window}]"
+    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": query})
     with urllib.request.urlopen(url, timeout=5) as response:
         body = json.load(response)
     assert body["status"] == "success", body

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from spanspec.otlp_json import read_spans
-from tests.backends import prometheus_query, run_env
+from tests.backends import prometheus_series, run_env
 from tests.otlp_receiver import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -142,7 +142,7 @@ def test_the_run_arrives_in_phoenix_whole_under_its_project(stack, run):
 def test_the_runs_metrics_are_in_prometheus(stack, run):
     ports, *_ = stack
     deadline = time.monotonic() + 30
-    while not (found := prometheus_query(ports["PROMETHEUS_PORT"], '{__name__=~"rl_.*"}')):
+    while not (found := prometheus_series(ports["PROMETHEUS_PORT"], '{__name__=~"rl_.*"}')):
         assert time.monotonic() < deadline, "no rl_* series in Prometheus"
         time.sleep(1)
     names = {r["metric"]["__name__"] for r in found}

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.backends import prometheus_query, run_env
+from tests.backends import prometheus_series, run_env
 from tests.otlp_receiver import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -108,12 +108,13 @@ def test_the_run_says_where_metrics_are_served(scraped):
 
 def test_rl_series_come_back_through_the_prometheus_api(scraped):
     api, base, _ = scraped
-    found = prometheus_query(api, '{__name__=~"rl_.*"}')
+    found = prometheus_series(api, '{__name__=~"rl_.*"}')
     names = {r["metric"]["__name__"] for r in found}
     assert {"rl_policy_loss", "rl_reward_mean"} <= {n.removesuffix("_ratio") for n in names}, names
     loss = next(r for r in found if r["metric"]["__name__"].startswith("rl_policy_loss"))
     assert loss["metric"]["instance"] == f"127.0.0.1:{base}"  # the driver took the first port
-    assert float(loss["value"][1]) == pytest.approx(float(loss["value"][1]))  # a number
+    values = [float(v) for _, v in loss["values"]]
+    assert values and all(v == v for v in values)  # numbers, not NaN
     # The resource reaches Prometheus as target_info labels: which run and project.
-    info = prometheus_query(api, "target_info")
+    info = prometheus_series(api, "target_info")
     assert any(r["metric"].get("openinference_project_name") == "prom-test" for r in info), info
