@@ -26,8 +26,8 @@ from pydantic import BaseModel, ValidationError
 from nemo_rl.algorithms.common import RunSummary
 from nemo_rl.distributed import WorkerDied
 from nemo_rl.telemetry import init_telemetry_driver, job_cost, shutdown_telemetry
-from nemo_rl.telemetry.breakdown import step_breakdown
 from nemo_rl.utils.config import ConfigError, load_config
+from spanspec.breakdown import step_breakdown
 from spanspec.export import ExportStats
 from spanspec.findings import SpecError
 from spanspec.settings import SettingsError
@@ -72,6 +72,7 @@ def run_loop(loop: Loop, argv: Sequence[str] | None = None, doc: str | None = No
         return _fail(f"telemetry: cannot write {e.filename or ''}: {e.strerror or e}", 2)
 
     settings = handle.settings
+    print(f"telemetry: {handle.destinations()}", flush=True)  # where each signal goes
     section = getattr(cfg, loop.name)
     job_attrs: dict[str, Any] = {
         "rl.algorithm": loop.name,
@@ -102,6 +103,8 @@ def run_loop(loop: Loop, argv: Sequence[str] | None = None, doc: str | None = No
         if loop.report is not None:
             print(loop.report(trace_file, settings.run_id))
         print(f"traces: {trace_file}  (view a step: spanspec view {trace_file})")
+        report = os.path.join(cfg.logger.log_dir, "report.html")
+        print(f"report: spanspec report {cfg.logger.log_dir} -o {report}")
     return 0
 
 

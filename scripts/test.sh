@@ -6,6 +6,22 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# Tools some tests drive (each test skips without its tool): Debian's chromium (the report in a
+# browser) and prometheus (the metrics exporter scraped by a real server), installed as root
+# when missing; the observability stack's own venv (Phoenix, rotel; SKIP_STACK=1 skips it).
+missing=()
+for tool in chromium prometheus; do command -v "$tool" >/dev/null 2>&1 || missing+=("$tool"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      "${missing[@]}" fonts-dejavu-core >/dev/null
+  else
+    echo "test: ${missing[*]} missing (not root): the tests that need them are skipped" >&2
+  fi
+fi
+[ "${SKIP_STACK:-0}" = 1 ] || bash scripts/observability_stack.sh install ||
+  echo "test: the observability stack did not install: its test is skipped" >&2
 . .venv/bin/activate
 ruff check .
 ruff format --check .

@@ -41,7 +41,7 @@ __all__ = [
 
 DEFAULT_PREFIX = "NEMO_RL_OTEL_"
 FALLBACK_PREFIX = "NEMO_LENS_"
-EXPORTERS = ("auto", "otlp", "console", "file", "none")
+EXPORTERS = ("auto", "otlp", "console", "file", "prometheus", "none")
 STRATEGIES = ("single_rank", "all_ranks", "first_rank_per_node", "sampled")
 
 _TRUE = ("true", "1", "yes", "on")
@@ -120,7 +120,7 @@ def _exporters(value: Any) -> str:
     """A comma list of exporters, e.g. ``file`` or ``otlp,file``; ``auto`` and ``none`` stand alone."""
     words = value if isinstance(value, list | tuple) else str(value).split(",")
     words = [str(w).strip().lower() for w in words if str(w).strip()]
-    allowed = f"one of {', '.join(EXPORTERS)}, or a comma list of otlp, console, file"
+    allowed = f"one of {', '.join(EXPORTERS)}, or a comma list of otlp, console, file, prometheus"
     if not words or any(w not in EXPORTERS for w in words):
         bad = [w for w in words if w not in EXPORTERS]
         close = closest(bad[0], EXPORTERS) if bad else None
@@ -131,16 +131,22 @@ def _exporters(value: Any) -> str:
     return ",".join(dict.fromkeys(words))
 
 
-def _int_at_least(minimum: int) -> Callable[[Any], int]:
+def _int_at_least(minimum: int, maximum: int | None = None) -> Callable[[Any], int]:
+    expected = (
+        f"an integer >= {minimum}"
+        if maximum is None
+        else (f"an integer between {minimum} and {maximum}")
+    )
+
     def parse(value: Any) -> int:
         try:
             if isinstance(value, bool) or isinstance(value, float):
                 raise ValueError
             number = int(value)
         except (TypeError, ValueError):
-            raise ValueError(f"expected an integer >= {minimum}") from None
-        if number < minimum:
-            raise ValueError(f"expected an integer >= {minimum}")
+            raise ValueError(f"expected {expected}") from None
+        if number < minimum or (maximum is not None and number > maximum):
+            raise ValueError(f"expected {expected}")
         return number
 
     return parse
@@ -190,8 +196,9 @@ FIELDS: tuple[FieldSpec, ...] = (
         "exporter",
         _exporters,
         "auto",
-        "otlp, console, file, none, or a comma list; auto: otlp when an "
-        "OTEL_EXPORTER_OTLP_*ENDPOINT is set, else file.",
+        "otlp, console, file, prometheus, none, or a comma list; auto: otlp when an "
+        "OTEL_EXPORTER_OTLP_*ENDPOINT is set, else file. prometheus serves metrics only (and "
+        "takes them from otlp).",
     ),
     FieldSpec("file_dir", _str, "telemetry", "Folder of traces.jsonl, metrics.jsonl, logs.jsonl."),
     FieldSpec("export_strategy", _choice(STRATEGIES), "single_rank", "Which ranks export."),
@@ -207,6 +214,20 @@ FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("logs_enabled", _bool, False, "Send Python logging records as OpenTelemetry logs."),
     FieldSpec(
         "vllm_native_tracing", _bool, False, "Also switch on vLLM's own OpenTelemetry spans."
+    ),
+    FieldSpec(
+        "project",
+        _optional_str,
+        None,
+        "Groups runs in a backend: the openinference.project.name and service.namespace resource "
+        "attributes (default: the run folder's name).",
+    ),
+    FieldSpec(
+        "prometheus_port",
+        _int_at_least(1, 65535),
+        9464,
+        "With the prometheus exporter: each exporting process serves /metrics on 127.0.0.1, on "
+        "the first free port from this one.",
     ),
     FieldSpec("run_id", _optional_str, None, "Identifier shared by every process of one job."),
     FieldSpec("user_id", _optional_str, None, "Who launched the run (sensitive; opt-in)."),
@@ -265,6 +286,8 @@ class Settings:
     metrics_enabled: bool = _default("metrics_enabled")
     logs_enabled: bool = _default("logs_enabled")
     vllm_native_tracing: bool = _default("vllm_native_tracing")
+    project: str | None = _default("project")
+    prometheus_port: int = _default("prometheus_port")
     run_id: str | None = _default("run_id")
     user_id: str | None = _default("user_id")
     shutdown_timeout_s: float = _default("shutdown_timeout_s")

@@ -79,9 +79,16 @@ class OtlpReceiver:
     """Collects OTLP export requests over gRPC and HTTP. ``start()``/``stop()`` or ``with``."""
 
     def __init__(
-        self, grpc_enabled: bool = True, http_enabled: bool = True, keep: bool = True
+        self,
+        grpc_enabled: bool = True,
+        http_enabled: bool = True,
+        keep: bool = True,
+        refuse: tuple[str, ...] = (),
     ) -> None:
-        """``keep=False`` counts spans (``span_count``) instead of keeping requests (benchmarks)."""
+        """``keep=False`` counts spans (``span_count``) instead of keeping requests (benchmarks).
+        ``refuse`` names signals this backend does not take, as Phoenix does metrics: HTTP 405,
+        and gRPC UNIMPLEMENTED (no service registered)."""
+        self.refuse = frozenset(refuse)
         self._grpc_enabled = grpc_enabled
         self._http_enabled = http_enabled
         self._keep = keep
@@ -100,11 +107,14 @@ class OtlpReceiver:
         """Start the servers on free 127.0.0.1 ports; return self."""
         if self._grpc_enabled:
             self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-            trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_Traces(self), self._grpc)
-            metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(
-                _Metrics(self), self._grpc
-            )
-            logs_service_pb2_grpc.add_LogsServiceServicer_to_server(_Logs(self), self._grpc)
+            if "traces" not in self.refuse:
+                trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_Traces(self), self._grpc)
+            if "metrics" not in self.refuse:
+                metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(
+                    _Metrics(self), self._grpc
+                )
+            if "logs" not in self.refuse:
+                logs_service_pb2_grpc.add_LogsServiceServicer_to_server(_Logs(self), self._grpc)
             self.grpc_port = self._grpc.add_insecure_port("127.0.0.1:0")
             self._grpc.start()
         if self._http_enabled:
@@ -272,8 +282,9 @@ def _handler(rx: OtlpReceiver) -> type[BaseHTTPRequestHandler]:
                 "/v1/logs": "logs",
             }.get(self.path)
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            if signal_name is None:
-                self.send_response(404)
+            if signal_name is None or signal_name in rx.refuse:
+                self.send_response(404 if signal_name is None else 405)
+                self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
             if self.headers.get("Content-Encoding") == "gzip":

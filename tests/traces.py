@@ -59,18 +59,19 @@ def run_example(script: str, *args: str, timeout: int = 240) -> subprocess.Compl
     return proc
 
 
+def spanspec_cli(*args: str, timeout: int = 60) -> subprocess.CompletedProcess:
+    """Runs the installed ``spanspec`` command with ``args`` from the repo root; returns it."""
+    script = Path(sys.executable).with_name("spanspec")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "spanspec.cli"]
+    return subprocess.run(
+        [*command, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
+
+
 def live_check(telemetry_dir: Path) -> dict:
     """Runs ``spanspec live-check <telemetry_dir> --format json``; asserts it passes and returns
     its summary."""
-    script = Path(sys.executable).with_name("spanspec")
-    command = [str(script)] if script.exists() else [sys.executable, "-m", "spanspec.cli"]
-    proc = subprocess.run(
-        [*command, "live-check", str(telemetry_dir), "--format", "json"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = spanspec_cli("live-check", str(telemetry_dir), "--format", "json")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     summary = json.loads(proc.stdout)["summary"]
     assert summary["ok"] and summary["violations"] == 0

@@ -193,7 +193,10 @@ def grpo_train(s: GRPOSetup) -> RunSummary:
 
     for step in range(s.start_step, cfg.grpo.max_steps):
         it = {"rl.iteration": step}
-        with timer.span("rl.grpo.step", **it, **{"rl.algorithm": "grpo"}):
+        # input.value / output.value: what a trace list (Phoenix) shows, so steps differ there.
+        with timer.span(
+            "rl.grpo.step", **it, **{"rl.algorithm": "grpo", "input.value": f"grpo step {step}"}
+        ) as step_span:
             # DATA: P prompts, each repeated G times; the group of a prompt sits in adjacent rows.
             with timer.span(
                 "rl.grpo.data_processing",
@@ -257,6 +260,13 @@ def grpo_train(s: GRPOSetup) -> RunSummary:
                 **{"rl.batch_size": P * G, "rl.num_micro_batches": n_micro},
             ):
                 train_metrics = ray.get(call(s.policy.train, batch))
+            annotate(
+                step_span,
+                **{
+                    "output.value": f"reward {float(rewards.mean()):.3f}, "
+                    f"loss {float(train_metrics['loss']):.4f}"
+                },
+            )
 
             # WEIGHT SYNC: the generation worker samples from the updated policy next step.
             with timer.span("rl.grpo.weight_sync", **it) as span:

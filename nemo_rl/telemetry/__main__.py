@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 import spanspec
 from nemo_rl.telemetry.lifecycle import resolve_settings
+from spanspec.export import planned_destinations
 from spanspec.settings import SettingsError
 
 
@@ -50,13 +51,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    try:
+        destinations = planned_destinations(settings)
+    except SettingsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if args.json:
-        rows = {
+        rows: dict[str, Any] = {
             name: {"value": value, "source": source} for name, value, source in settings.items()
         }
-        print(json.dumps(rows, indent=2))
+        print(json.dumps({"settings": rows, "destinations": destinations}, indent=2))
     else:
         print(settings.format_table())
+        print("\nwhere each signal goes:")
+        for signal_name, entries in destinations.items():
+            print(f"  {signal_name:8} {'; '.join(entries) if entries else 'off'}")
     return 0
 
 

@@ -1,20 +1,14 @@
-"""Where the step time went, computed from the spans the run emitted (not a second bookkeeping).
-
-Every ``rl.<algorithm>.step`` span is a step. Its descendants in the same trace are its phases;
-each phase's time is summed per step and averaged over steps, and its share is of the mean step
-time. For the efficiency buckets, the time of a span counts once, at the highest span below the
-step whose group has a bucket (rollout, which has none, is counted through its children), and what
-no bucketed span covers is ``unattributed``.
-"""
+"""Where the step time went. The step breakdown is computed in :mod:`spanspec.breakdown` (the
+report uses it too); what only async GRPO has, the collector's side and the overlap of its
+generation with training, is here."""
 
 from __future__ import annotations
 
 import os
-from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from spanspec.spec import Spec
+from spanspec.breakdown import Breakdown, PhaseTime, compute_breakdown, step_breakdown
 
 __all__ = [
     "Breakdown",
@@ -26,146 +20,6 @@ __all__ = [
     "compute_collector_breakdown",
     "step_breakdown",
 ]
-
-
-@dataclass(frozen=True)
-class PhaseTime:
-    name: str
-    depth: int
-    mean_s: float
-    share: float
-    bucket: str | None
-    count: int
-
-
-@dataclass(frozen=True)
-class Breakdown:
-    steps: int
-    mean_step_s: float
-    phases: list[PhaseTime] = field(default_factory=list)
-    buckets: dict[str, float] = field(default_factory=dict)  # bucket -> share of step time
-
-    def __str__(self) -> str:
-        if not self.steps:
-            return (
-                "where the step time went: no step spans in the trace files "
-                "(turn on the 'step' group, e.g. telemetry.span_groups=per_step)"
-            )
-        lines = [
-            f"where the step time went ({self.steps} steps, mean step {self.mean_step_s:.3f} s):",
-            f"  {'phase':44} {'mean s':>8} {'share':>7}  bucket",
-        ]
-        for p in self.phases:
-            label = "  " * p.depth + p.name
-            lines.append(f"  {label:44} {p.mean_s:8.3f} {p.share:7.1%}  {p.bucket or '-'}")
-        summary = ", ".join(f"{b} {s:.1%}" for b, s in self.buckets.items())
-        lines.append(f"  efficiency: {summary}")
-        return "\n".join(lines)
-
-
-def compute_breakdown(spans: Iterable[object], spec: Spec) -> Breakdown:
-    """Break step time down by phase and bucket.
-
-    ``spans`` are records with ``name``, ``trace_id``, ``span_id``, ``parent_span_id``,
-    ``start_time_unix_nano`` and ``end_time_unix_nano`` (as read by :mod:`spanspec.otlp_json`).
-    """
-    by_id = {s.span_id: s for s in spans}
-    children: dict[str, list[object]] = defaultdict(list)
-    for s in by_id.values():
-        if s.parent_span_id:
-            children[s.parent_span_id].append(s)
-    step_names = spec.spans_of_template("rl.{algorithm}.step")
-    steps = [s for s in by_id.values() if s.name in step_names]
-    if not steps:
-        return Breakdown(0, 0.0)
-
-    def seconds(s: object) -> float:
-        return max(0, s.end_time_unix_nano - s.start_time_unix_nano) / 1e9
-
-    def bucket_of(name: str) -> str | None:
-        entry = spec.spans.get(name)
-        return spec.groups[entry.group].bucket if entry else None
-
-    totals: dict[tuple[int, str], float] = defaultdict(float)  # (depth, path) -> seconds
-    counts: dict[tuple[int, str], int] = defaultdict(int)
-    order: dict[tuple[int, str], int] = {}
-    bucket_totals: dict[str, float] = defaultdict(float)
-    step_total = 0.0
-
-    for step in sorted(steps, key=lambda s: s.start_time_unix_nano):
-        step_total += seconds(step)
-        covered = 0.0
-
-        def walk(node: object, depth: int, path: str, counted: bool) -> None:
-            nonlocal covered
-            for child in sorted(
-                children.get(node.span_id, []), key=lambda s: s.start_time_unix_nano
-            ):
-                key = (depth, f"{path}/{child.name}")
-                order.setdefault(key, len(order))
-                totals[key] += seconds(child)
-                counts[key] += 1
-                bucket = bucket_of(child.name)
-                here = counted
-                if bucket and not counted:
-                    bucket_totals[bucket] += seconds(child)
-                    covered += seconds(child)
-                    here = True
-                walk(child, depth + 1, key[1], here)
-
-        walk(step, 0, "", False)
-        bucket_totals["unattributed"] += max(0.0, seconds(step) - covered)
-
-    n = len(steps)
-    mean_step = step_total / n
-    phases = [
-        PhaseTime(
-            name=path.rsplit("/", 1)[-1],
-            depth=depth,
-            mean_s=totals[(depth, path)] / n,
-            share=totals[(depth, path)] / step_total if step_total else 0.0,
-            bucket=bucket_of(path.rsplit("/", 1)[-1]),
-            count=counts[(depth, path)],
-        )
-        for (depth, path) in _tree_order(order)
-    ]
-    buckets = {
-        b: t / step_total if step_total else 0.0
-        for b, t in sorted(bucket_totals.items(), key=lambda kv: -kv[1])
-    }
-    return Breakdown(n, mean_step, phases, buckets)
-
-
-def _tree_order(order: dict[tuple[int, str], int]) -> list[tuple[int, str]]:
-    """Keys sorted so each phase is followed by its own children (paths sort as a tree)."""
-    first_seen = {path: i for (_, path), i in order.items()}
-
-    def sort_key(key: tuple[int, str]) -> list[int]:
-        parts = key[1].split("/")[1:]
-        return [first_seen["/" + "/".join(parts[: i + 1])] for i in range(len(parts))]
-
-    return sorted(order, key=sort_key)
-
-
-def step_breakdown(
-    trace_files: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
-    spec: Spec | None = None,
-    run_id: str | None = None,
-) -> Breakdown:
-    """Read the file exporter's ``traces.jsonl`` file(s) and return the :class:`Breakdown`.
-
-    With ``run_id``, only the spans of that run count (the ``rl.run_id`` resource attribute of
-    every process of a job): a folder that several runs appended to reports the one asked for.
-    ``str()`` of the result is the table the examples print.
-    """
-    from spanspec import otlp_json
-    from spanspec.registry import load
-
-    paths = [trace_files] if isinstance(trace_files, str | os.PathLike) else list(trace_files)
-    spans = otlp_json.read_spans(paths)
-    if run_id is not None:
-        spans = [s for s in spans if s.resource.get("rl.run_id") == run_id]
-    return compute_breakdown(spans, spec or load())
 
 
 # -- async GRPO: the collector's side and the overlap -------------------------------------------

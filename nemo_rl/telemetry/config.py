@@ -51,6 +51,12 @@ class TelemetryConfig(BaseModel):
     metrics_enabled: bool = _field("metrics_enabled")
     logs_enabled: bool = _field("logs_enabled")
     vllm_native_tracing: bool = _field("vllm_native_tracing")
+    project: str | None = _field(
+        "project",
+        doc="Groups runs in a backend (openinference.project.name, service.namespace); default "
+        "the run folder's name.",
+    )
+    prometheus_port: int = _field("prometheus_port", ge=1, le=65535)
     run_id: str | None = _field(
         "run_id", doc="Shared by every process; default $SLURM_JOB_ID, else random."
     )
@@ -78,7 +84,7 @@ class TelemetryConfig(BaseModel):
     def _groups_list(cls, value: Any) -> Any:
         return ",".join(map(str, value)) if isinstance(value, list | tuple) else value
 
-    @field_validator("run_id", "user_id", mode="before")
+    @field_validator("run_id", "user_id", "project", mode="before")
     @classmethod
     def _ids_as_text(cls, value: Any) -> Any:
         return str(value) if isinstance(value, int) and not isinstance(value, bool) else value

@@ -127,7 +127,7 @@ def resolve_settings(
     """Return the effective settings for a run config and env, and the config as a mapping.
 
     Fills what neither env nor YAML gave: ``run_id`` (``$SLURM_JOB_ID``, else 12 random hex
-    digits) and ``file_dir`` (``<logger.log_dir or runs/<run_id>>/telemetry``, made absolute so
+    digits), ``project`` (the run folder's name) and ``file_dir`` (``<logger.log_dir or runs/<run_id>>/telemetry``, made absolute so
     workers with another working directory write to the same place). Writes nothing.
 
     Raises:
@@ -150,6 +150,10 @@ def resolve_settings(
     elif not Path(settings.file_dir).is_absolute():
         source = settings.sources["file_dir"]
         settings = settings.with_values(source, file_dir=str(Path(settings.file_dir).resolve()))
+    if settings.project is None:
+        # The run folder names the run for people; a backend groups runs by it (Phoenix project).
+        name = _run_folder(mapping, settings.run_id).resolve().name or settings.run_id
+        settings = settings.with_values("default (the run folder's name)", project=name)
     return settings, mapping
 
 
@@ -231,6 +235,9 @@ def init_telemetry_driver(
         "rl.algorithm": algorithm,
         "rl.model": _model_name(mapping),
         "rl.run_id": settings.run_id,
+        # Phoenix keeps only this resource attribute (its project); others read service.namespace.
+        "openinference.project.name": settings.project,
+        "service.namespace": settings.project,
     }
     handle = export.setup(
         settings,

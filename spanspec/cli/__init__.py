@@ -1,4 +1,4 @@
-"""The ``spanspec`` command line: check | groups | docs | schema | live-check | view.
+"""The ``spanspec`` command line: check | groups | docs | schema | live-check | view | report.
 
 Every problem is a finding printed as ``file:line:col: level: id: message`` (or JSON with
 ``--format json``), all of them in one run. Exit codes:
@@ -20,7 +20,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from spanspec.cli import check, docs, groups, live_check, schema, view
+from spanspec.cli import check, docs, groups, live_check, report, schema, view
 from spanspec.cli._common import UsageError
 
 __all__ = ["main"]
@@ -43,7 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(
         dest="command", required=True, metavar="COMMAND", parser_class=_Parser
     )
-    for command in (check, groups, docs, schema, live_check, view):
+    for command in (check, groups, docs, schema, live_check, view, report):
         command.add(commands)
     return parser
 

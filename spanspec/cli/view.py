@@ -1,4 +1,5 @@
-"""``spanspec view FILE``: draw one trace as a text waterfall."""
+"""``spanspec view FILE``: draw one trace as a text waterfall, or write the traces in the Chrome
+trace-event format (``--format chrome -o trace.json``) that Perfetto UI and chrome://tracing open."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import argparse
 import sys
 from typing import Any
 
-from spanspec.cli._common import trace_files
+from spanspec.cli._common import UsageError, trace_files
 
 
 def add(commands: Any) -> None:
@@ -22,6 +23,15 @@ def add(commands: Any) -> None:
     pick.add_argument("--step", type=int, metavar="N", help="the step with rl.iteration N")
     pick.add_argument("--list", action="store_true", help="list the traces instead")
     view.add_argument("--width", type=positive, default=40, help="bar width in characters")
+    view.add_argument(
+        "--format",
+        choices=("text", "chrome"),
+        default="text",
+        help="text: a waterfall on stdout; chrome: the trace-event JSON of every trace (or of "
+        "the one --trace/--step picks) for Perfetto UI or chrome://tracing, written to --out",
+    )
+    view.add_argument("-o", "--out", metavar="FILE", help="output file of --format chrome")
+    view.add_argument("--run-id", metavar="ID", help="only the spans of this run (rl.run_id)")
     view.set_defaults(run=run)
 
 
@@ -33,7 +43,14 @@ def run(args: argparse.Namespace) -> int:
     for f in read.findings:
         if f.level != "information" or f.id == "otlp.truncated_line":
             print(f, file=sys.stderr)
-    summaries = traces(read.spans)
+    spans = read.spans
+    if args.run_id is not None:
+        spans = [s for s in spans if s.resource.get("rl.run_id") == args.run_id]
+        if not spans:
+            raise UsageError(f"no spans of run {args.run_id!r} in {args.file}")
+    summaries = traces(spans)
+    if args.format == "chrome":
+        return _write_chrome(args, summaries)
     if args.list:
         for t in summaries:
             print(
@@ -52,6 +69,41 @@ def run(args: argparse.Namespace) -> int:
     except (UnicodeEncodeError, LookupError):
         bar = "#"
     print(render_waterfall(chosen, width=args.width, bar=bar))
+    return 0
+
+
+def _write_chrome(args: argparse.Namespace, summaries: list[Any]) -> int:
+    import json
+
+    from spanspec.timeline import to_chrome_trace
+    from spanspec.view import select_trace
+
+    if not args.out:
+        raise UsageError("--format chrome needs -o FILE (e.g. -o trace.json)")
+    if args.list:
+        raise UsageError("--list draws text; leave out --format chrome")
+    if not summaries:
+        print("spanspec view: the files hold no spans", file=sys.stderr)
+        return 1
+    chosen = summaries
+    if args.trace is not None or args.step is not None:
+        try:
+            chosen = [select_trace(summaries, trace_id=args.trace, step=args.step)]
+        except LookupError as exc:
+            print(f"spanspec view: {exc}", file=sys.stderr)
+            return 1
+    spans = [s for t in chosen for s in t.spans]
+    trace = to_chrome_trace(spans)
+    try:
+        with open(args.out, "w", encoding="utf-8") as out:
+            json.dump(trace, out, separators=(",", ":"))
+    except OSError as exc:
+        raise UsageError(f"{args.out}: cannot write: {exc.strerror or exc}") from None
+    processes = sum(e["name"] == "process_name" for e in trace["traceEvents"])
+    print(
+        f"wrote {args.out}: {len(spans)} spans of {len(chosen)} traces, {processes} processes "
+        "(open it in https://ui.perfetto.dev or chrome://tracing)"
+    )
     return 0
 
 

@@ -53,6 +53,7 @@ from spanspec.export._stats import (
     _SDK_EXPORT_LOGGERS,
     _SIGNALS,
     LOG_QUEUE_SIZE,
+    REFUSALS,
     SCHEDULE_DELAY_MS,
     SPAN_BATCH_SIZE,
     SPAN_QUEUE_SIZE,
@@ -62,11 +63,14 @@ from spanspec.export._stats import (
     TelemetryCost,
     _NotTelemetry,
     _OncePerMessage,
+    exporters_for,
 )
-from spanspec.export.otlp import otlp_endpoint, otlp_protocol
+from spanspec.export.otlp import otlp_endpoint, otlp_protocol, protocol_hint
 from spanspec.export.resource import base_resource_attributes
 from spanspec.export.who import should_export
 from spanspec.settings import Settings, SettingsError
+
+_log = logging.getLogger("spanspec.export")
 
 __all__ = [
     "LOG_QUEUE_SIZE",
@@ -81,6 +85,8 @@ __all__ = [
     "base_resource_attributes",
     "otlp_endpoint",
     "otlp_protocol",
+    "planned_destinations",
+    "protocol_hint",
     "setup",
     "should_export",
 ]
@@ -162,7 +168,12 @@ def _build(
         "file": lambda s: str(Path(settings.file_dir).expanduser().resolve() / f"{s}.jsonl"),
         "console": lambda s: "stdout",
         "otlp": lambda s: f"{protocols[s]} {otlp_endpoint(s, protocols[s])}",
+        "prometheus": lambda s: f"http://127.0.0.1:{settings.prometheus_port}/metrics",
     }
+    for signal_name, protocol in protocols.items():
+        hint = protocol_hint(signal_name, protocol)
+        if hint and _signal_on(settings, signal_name):
+            _log.warning("telemetry: %s", hint)
 
     def pipeline(signal_name: str, name: str) -> PipelineStats:
         stats = PipelineStats(signal_name, name, destinations[name](signal_name))
@@ -190,11 +201,55 @@ def _build(
 
     for name in _SDK_EXPORT_LOGGERS:
         logger, flt = logging.getLogger(name), _OncePerMessage()
+        logger.addFilter(REFUSALS)  # first: it must see every record, even those let through once
         logger.addFilter(flt)
-        handle._filters.append((logger, flt))
+        handle._filters += [(logger, REFUSALS), (logger, flt)]
+    handle._prometheus = built.prometheus
     if built.logger_provider is not None:
         handler = built.logging_handler
         handler.addFilter(_NotTelemetry())
         logging.getLogger().addHandler(handler)
         handle._log_handler = handler
     return handle
+
+
+def _signal_on(settings: Settings, signal_name: str) -> bool:
+    return bool(getattr(settings, f"{signal_name}_enabled"))
+
+
+def planned_destinations(
+    settings: Settings, env: Mapping[str, str] | None = None
+) -> dict[str, list[str]]:
+    """Where each signal will go under ``settings`` (``{"traces": ["file /x/traces.jsonl",
+    "otlp grpc http://h:4317"], ...}``), without building anything; a signal that is off maps to
+    ``[]``. With a likely protocol/port mismatch the OTLP entry ends with the hint.
+
+    Raises:
+        SettingsError: for a malformed OTLP protocol variable.
+    """
+    out: dict[str, list[str]] = {}
+    for signal_name in _SIGNALS:
+        if not (settings.enabled and _signal_on(settings, signal_name)):
+            out[signal_name] = []
+            continue
+        entries = []
+        for name in exporters_for(signal_name, settings):
+            if name == "file":
+                folder = Path(settings.file_dir).expanduser().resolve()
+                entries.append(f"file {folder / f'{signal_name}.jsonl'}")
+            elif name == "console":
+                entries.append("console stdout")
+            elif name == "prometheus":
+                entries.append(
+                    f"prometheus http://127.0.0.1:{settings.prometheus_port}/metrics "
+                    "(the first free port from it)"
+                )
+            else:
+                protocol = otlp_protocol(signal_name, env)
+                hint = protocol_hint(signal_name, protocol, env)
+                entries.append(
+                    f"otlp {protocol} {otlp_endpoint(signal_name, protocol, env)}"
+                    + (f" ({hint})" if hint else "")
+                )
+        out[signal_name] = entries
+    return out

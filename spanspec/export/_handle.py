@@ -67,6 +67,7 @@ class TelemetryHandle:
         self._guards: list[Any] = []
         self._log_handler: logging.Handler | None = None
         self._filters: list[tuple[logging.Logger, logging.Filter]] = []
+        self._prometheus: Any = None  # the /metrics server of the prometheus exporter
         self._lock = threading.Lock()
         self._final: ExportStats | None = None
         self._shutdown_owner: int | None = None
@@ -157,6 +158,8 @@ class TelemetryHandle:
                 timed_out = not _run_bounded(tasks, max(0.0, timeout - 0.1))
                 if timed_out:
                     _abort_exporters(self._exporters)
+                if self._prometheus is not None:
+                    self._prometheus.shutdown()
         except Exception:  # never into the caller
             _log.exception("telemetry shutdown failed")
         finally:
@@ -174,6 +177,19 @@ class TelemetryHandle:
         self._done.set()
         self._report(final)
         return final
+
+    def destinations(self) -> str:
+        """One line saying where each signal goes: ``traces -> file /x/traces.jsonl, otlp grpc
+        http://h:4317; metrics -> prometheus http://127.0.0.1:9464/metrics; logs off``."""
+        if not self.is_exporting:
+            return f"telemetry off ({self.reason})"
+        parts = []
+        for signal_name in ("traces", "metrics", "logs"):
+            here = [
+                f"{p.exporter} {p.destination}" for p in self.pipelines if p.signal == signal_name
+            ]
+            parts.append(f"{signal_name} -> {', '.join(here)}" if here else f"{signal_name} off")
+        return "; ".join(parts)
 
     def _report(self, final: ExportStats) -> None:
         if not self.is_exporting:

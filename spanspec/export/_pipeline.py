@@ -47,12 +47,14 @@ from spanspec.export._file_exporter import FileLogExporter, FileMetricExporter, 
 from spanspec.export._stats import (
     LOG_QUEUE_SIZE,
     METRIC_INTERVAL_MS,
+    REFUSALS,
     SCHEDULE_DELAY_MS,
     SPAN_BATCH_SIZE,
     SPAN_QUEUE_SIZE,
     TRUNCATED_ATTRIBUTE,
     ExportCpu,
     PipelineStats,
+    exporters_for,
 )
 from spanspec.settings import Settings
 from spanspec.watchdog import OpenSpan
@@ -145,15 +147,23 @@ class _Guard:
 
     def run(self, count: int, call: Callable[[], Any], success: Any) -> Any:
         stats = self.stats
+        if stats.refused:  # the backend will never take this signal: switched off
+            stats.not_sent += count
+            return success
         stats.submitted += count
         error = None
         started_cpu = time.thread_time()
+        REFUSALS.take()
         try:
             result = call()
         except Exception as exc:  # an exporter must never take the export thread down
             result, error = None, exc
         if self.cpu is not None:
             self.cpu.exported(started_cpu)
+        refused = REFUSALS.take() if result != success and stats.exporter == "otlp" else ""
+        if refused:
+            self._switch_off(refused, count)
+            return None
         if result == success:
             stats.exported += count
             if self._failing and not self.closed:
@@ -176,6 +186,31 @@ class _Guard:
                 why,
             )
         return None
+
+    def _switch_off(self, refused: str, count: int) -> None:
+        stats = self.stats
+        stats.refused = refused
+        stats.submitted -= count
+        stats.not_sent += count
+        if self.closed:
+            return
+        fix = {
+            "traces": "send spans to a backend that takes them with "
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            "metrics": "serve metrics to Prometheus instead (telemetry.exporter=...,prometheus), "
+            "or send them elsewhere with OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+            "logs": "set telemetry.logs_enabled=false, or send logs elsewhere with "
+            "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT",
+        }[stats.signal]
+        _log.warning(
+            "telemetry: %s does not take %s (%s): %s export switched off for this run "
+            "(the rest goes on). To keep them: %s.",
+            stats.destination,
+            stats.signal,
+            refused,
+            stats.signal,
+            fix,
+        )
 
 
 class GuardedSpanExporter(SpanExporter):
@@ -384,6 +419,7 @@ class Built:
     exporters: list[Any] = field(default_factory=list)
     guards: list[_Guard] = field(default_factory=list)
     cpu: ExportCpu = field(default_factory=ExportCpu)
+    prometheus: Any = None  # the /metrics server (spanspec.export.prometheus.PrometheusServer)
 
 
 def build(
@@ -415,7 +451,7 @@ def build(
     # Spans feed duration histograms even when traces themselves are not exported.
     built.tracer_provider.add_span_processor(built.open_spans)
     if settings.traces_enabled:
-        for name in settings.exporters:
+        for name in exporters_for("traces", settings):
             exporter, stats = guarded("traces", name, GuardedSpanExporter)
             built.tracer_provider.add_span_processor(
                 CountingBatchSpanProcessor(
@@ -431,19 +467,26 @@ def build(
 
     if settings.metrics_enabled:
         interval = _env_or("OTEL_METRIC_EXPORT_INTERVAL", METRIC_INTERVAL_MS)
-        readers = [
+        readers: list[Any] = [
             PeriodicExportingMetricReader(
                 guarded("metrics", name, GuardedMetricExporter)[0], export_interval_millis=interval
             )
-            for name in settings.exporters
+            for name in exporters_for("metrics", settings)
+            if name != "prometheus"
         ]
+        if "prometheus" in settings.exporters:
+            from spanspec.export import prometheus
+
+            built.prometheus = prometheus.start(settings.prometheus_port)
+            readers.append(built.prometheus.reader)
+            pipeline("metrics", "prometheus").destination = built.prometheus.url
         built.meter_provider = MeterProvider(
             metric_readers=readers, resource=resource, shutdown_on_exit=False
         )
 
     if settings.logs_enabled:
         built.logger_provider = LoggerProvider(resource=resource, shutdown_on_exit=False)
-        for name in settings.exporters:
+        for name in exporters_for("logs", settings):
             exporter, stats = guarded("logs", name, GuardedLogExporter)
             built.logger_provider.add_log_record_processor(
                 CountingBatchLogRecordProcessor(

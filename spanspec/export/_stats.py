@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 _log = logging.getLogger("spanspec.export")
 
@@ -63,10 +64,12 @@ class PipelineStats:
     failed_exports: int = 0
     points_submitted: int = 0  # metrics: data points handed to the exporter
     points_exported: int = 0
+    refused: str = ""  # why the backend refused this signal ("HTTP 405"); then it is switched off
+    not_sent: int = 0  # items not sent once the signal was switched off (not lost: refused)
 
     @property
     def dropped(self) -> int:
-        return max(0, self.ended - self.submitted)
+        return max(0, self.ended - self.submitted - self.not_sent)
 
     @property
     def unresolved(self) -> int:
@@ -136,6 +139,11 @@ class ExportStats:
                 f"{p.signal} -> {p.exporter} {p.destination}: {p.exported} {unit} exported, "
                 f"{p.dropped} dropped (queue full or unsent at shutdown), {p.failed} in "
                 f"{p.failed_exports} failed exports, {p.unresolved} unresolved"
+                + (
+                    f"; refused by the backend ({p.refused}), {p.not_sent} not sent"
+                    if p.refused
+                    else ""
+                )
             )
         if self.truncated:
             lines.append(f"{self.truncated} spans open at shutdown were ended as truncated")
@@ -237,6 +245,17 @@ class ExportCpu:
         self._elsewhere = 0.0
 
 
+def exporters_for(signal_name: str, settings: Any) -> list[str]:
+    """The exporters of one signal: ``prometheus`` serves metrics only, and takes them from
+    ``otlp`` (a Prometheus user scrapes metrics; OTLP then carries traces and logs)."""
+    names = list(settings.exporters)
+    if "prometheus" in names:
+        names.remove("prometheus")
+        if signal_name == "metrics":
+            names = [n for n in names if n != "otlp"] + ["prometheus"]
+    return names
+
+
 class _OncePerMessage(logging.Filter):
     """Lets each (logger, message template) of the SDK's export logging through once."""
 
@@ -252,6 +271,38 @@ class _OncePerMessage(logging.Filter):
             return False
         self.seen.add(key)
         return True
+
+
+class RefusalWatch(logging.Filter):
+    """Sees the SDK's "Failed to export" records and remembers, per thread, whether the backend
+    refused the signal outright (HTTP 404/405/415/501, gRPC UNIMPLEMENTED) rather than failing
+    for a while: such a backend will never take it, so retrying and counting it lost misleads.
+    Installed before :class:`_OncePerMessage`, so it sees every record."""
+
+    HTTP_REFUSALS = frozenset({404, 405, 415, 501})
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._local = threading.local()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if str(record.msg).startswith("Failed to export"):
+            args = record.args if isinstance(record.args, tuple) else ()
+            for value in args:
+                if getattr(value, "name", None) == "UNIMPLEMENTED":
+                    self._local.refused = "gRPC UNIMPLEMENTED"
+                elif isinstance(value, int) and value in self.HTTP_REFUSALS:
+                    self._local.refused = f"HTTP {value}"
+        return True
+
+    def take(self) -> str:
+        """The refusal seen on this thread since the last call, or ``""``."""
+        refused = getattr(self._local, "refused", "")
+        self._local.refused = ""
+        return refused
+
+
+REFUSALS = RefusalWatch()
 
 
 class _NotTelemetry(logging.Filter):

@@ -44,3 +44,37 @@ def otlp_endpoint(signal_name: str, protocol: str, env: Mapping[str, str] | None
     if protocol == "grpc":
         return base or "http://localhost:4317"
     return f"{(base or 'http://localhost:4318').rstrip('/')}/v1/{signal_name}"
+
+
+# Ports that speak only one OTLP transport, by convention or by product.
+_HTTP_PORTS = {4318: "the OTLP/HTTP port", 6006: "Phoenix's HTTP port"}
+_GRPC_PORTS = {4317: "the OTLP/gRPC port"}
+
+
+def protocol_hint(signal_name: str, protocol: str, env: Mapping[str, str] | None = None) -> str:
+    """A one-line hint when ``signal_name``'s endpoint likely speaks the other protocol, else "".
+
+    gRPC (the Python default) sent to an HTTP port fails only with "Failed parsing HTTP/2" after a
+    timeout; this names the variable to set instead.
+    """
+    from urllib.parse import urlsplit
+
+    endpoint = otlp_endpoint(signal_name, protocol, env)
+    try:
+        parts = urlsplit(endpoint if "//" in endpoint else f"//{endpoint}")
+        port = parts.port
+    except ValueError:
+        return ""
+    var = "OTEL_EXPORTER_OTLP_PROTOCOL"
+    if protocol == "grpc" and (port in _HTTP_PORTS or "/v1/" in parts.path):
+        why = _HTTP_PORTS.get(port, "an OTLP/HTTP path")
+        return (
+            f"{signal_name} go over gRPC to {endpoint}, which is {why}; "
+            f"set {var}=http/protobuf (or use port 4317 for gRPC)"
+        )
+    if protocol == "http/protobuf" and port in _GRPC_PORTS:
+        return (
+            f"{signal_name} go over HTTP to {endpoint}, which is {_GRPC_PORTS[port]}; "
+            f"set {var}=grpc (or use port 4318 for HTTP)"
+        )
+    return ""

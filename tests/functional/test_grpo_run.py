@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.traces import live_check, read_spans, run_example
+from tests.traces import live_check, read_spans, run_example, spanspec_cli
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -184,3 +184,26 @@ def test_emitted_traces_pass_live_check(run):
         group = next(g for g, c in coverage.items() if phase in c["declared"])
         assert coverage[group]["state"] == "on" and phase in coverage[group]["seen"], phase
     assert coverage["job"]["state"] == "off" and coverage["job"]["emitted"] == 0
+
+
+def test_the_run_folder_gives_a_report_and_a_perfetto_trace(run, tmp_path):
+    # What a user opens after the run: `spanspec report` on the run folder (the page's data is
+    # the run's steps and processes) and `spanspec view --format chrome` for Perfetto.
+    log_dir, _, spans = run
+    page = tmp_path / "report.html"
+    proc = spanspec_cli("report", str(log_dir), "-o", str(page))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"{STEPS} steps, {len(spans)} spans, 3 processes" in proc.stdout
+    data = json.loads(page.read_text().split('id="report-data">', 1)[1].split("</script>", 1)[0])
+    assert data["lanes"] == ["driver", "generation 0", "policy 0"]
+    assert [s["iteration"] for s in data["steps"]] == list(range(STEPS))
+    steps = {s["attrs"]["rl.iteration"]: s for s in spans if s["name"] == "rl.grpo.step"}
+    assert steps[1]["attrs"]["input.value"] == "grpo step 1"
+    assert steps[1]["attrs"]["output.value"].startswith("reward ")
+    trace = tmp_path / "trace.json"
+    proc = spanspec_cli("view", "--format", "chrome", "-o", str(trace), str(log_dir / "telemetry"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert sum(e["ph"] == "X" for e in events) == len(spans)
+    names = {e["args"]["name"] for e in events if e["name"] == "process_name"}
+    assert names == {"driver", "generation 0", "policy 0"}

@@ -116,7 +116,7 @@ def test_the_user_guide_names_every_setting_and_live_check_finding():
     from spanspec import livecheck
     from spanspec.settings import DEFAULT_PREFIX, FIELDS
 
-    guide = GUIDE.read_text(encoding="utf-8")
+    guide = "\n".join(p.read_text(encoding="utf-8") for p in sorted(GUIDE.parent.glob("*.md")))
     for f in FIELDS:
         assert f"| `{f.name}` | `{f.env_name(DEFAULT_PREFIX)}` |" in guide, f.name
     source = Path(livecheck.__file__).read_text()

@@ -96,7 +96,7 @@ def test_yaml_types_and_lists():
             "expected a boolean (true, false, 1, 0, yes, no, on, off)",
         ),
         ("NEMO_RL_OTEL_LOGS_ENABLED", "2", "expected a boolean"),
-        ("NEMO_RL_OTEL_EXPORTER", "kafka", "otlp, console, file, none"),
+        ("NEMO_RL_OTEL_EXPORTER", "kafka", "otlp, console, file, prometheus, none"),
         ("NEMO_RL_OTEL_EXPORTER", "auto,file", "cannot be combined"),
         (
             "NEMO_RL_OTEL_EXPORT_STRATEGY",

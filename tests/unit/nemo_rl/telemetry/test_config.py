@@ -27,7 +27,7 @@ def test_unknown_key_names_the_closest_valid_one():
     [
         ("export_sample_rate", 2, "less than or equal to 1"),
         ("export_strategy", "random", "single_rank"),
-        ("exporter", "kafka", "expected one of auto, otlp, console, file, none"),
+        ("exporter", "kafka", "expected one of auto, otlp, console, file, prometheus, none"),
         ("enabled", "maybe", "valid boolean"),
         ("export_rank", -1, "greater than or equal to 0"),
     ],

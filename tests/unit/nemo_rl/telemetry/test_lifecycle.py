@@ -59,6 +59,32 @@ def test_driver_writes_settings_to_env_and_exports(tmp_path):
     assert {"host.name", "process.pid", "service.name"} <= set(resource)
 
 
+def test_the_project_names_the_run_for_backends(clean_env, tmp_path):
+    # Default: the run folder's name; on the resource as Phoenix's project and service.namespace,
+    # for the driver's spans and (through the env) the workers'.
+    run = {
+        **config(run_id="job2", span_groups="per_step"),
+        "logger": {"log_dir": str(tmp_path / "my_run")},
+    }
+    settings, _ = telemetry.resolve_settings(run)
+    assert (settings.project, settings.sources["project"]) == (
+        "my_run",
+        "default (the run folder's name)",
+    )
+    assert telemetry.resolve_settings(config(project="sweep-7"))[0].project == "sweep-7"
+    clean_env.setenv("NEMO_RL_OTEL_PROJECT", "from-env")
+    assert telemetry.resolve_settings(config(project="sweep-7"))[0].project == "from-env"
+    clean_env.delenv("NEMO_RL_OTEL_PROJECT")
+    telemetry.init_telemetry_driver(run, "grpo")
+    assert "openinference.project.name=my_run" in os.environ["OTEL_RESOURCE_ATTRIBUTES"]
+    assert os.environ["NEMO_RL_OTEL_PROJECT"] == "my_run"
+    with spanspec.span("rl.grpo.step", **{"rl.iteration": 0}):
+        pass
+    telemetry.shutdown_telemetry()
+    ((_, resource),) = spans_in(tmp_path / "my_run" / "telemetry")
+    assert resource["openinference.project.name"] == resource["service.namespace"] == "my_run"
+
+
 def test_raw_env_beats_yaml_and_is_not_overwritten(clean_env):
     clean_env.setenv("NEMO_RL_OTEL_SPAN_GROUPS", "all")
     clean_env.setenv("NEMO_LENS_EXPORT_STRATEGY", "all_ranks")

@@ -30,7 +30,7 @@ def test_prints_each_setting_with_its_source(tmp_path):
     cfg.write_text("telemetry:\n  span_groups: per_step\n  exporter: file\n")
     done = run(str(cfg), "telemetry.export_rank=2", env={"NEMO_RL_OTEL_EXPORTER": "console"})
     assert done.returncode == 0, done.stderr
-    rows = {line.split()[0]: line for line in done.stdout.splitlines()}
+    rows = {line.split()[0]: line for line in done.stdout.splitlines() if line.strip()}
     assert rows["span_groups"].split()[1:] == ["per_step", "config", "telemetry.span_groups"]
     assert rows["exporter"].split()[1:] == ["console", "env", "NEMO_RL_OTEL_EXPORTER"]
     assert rows["export_rank"].split()[1] == "2"
@@ -40,8 +40,29 @@ def test_prints_each_setting_with_its_source(tmp_path):
 def test_json_output(tmp_path):
     done = run("--json", env={"NEMO_LENS_LOGS_ENABLED": "true"})
     assert done.returncode == 0, done.stderr
-    rows = json.loads(done.stdout)
+    rows = json.loads(done.stdout)["settings"]
     assert rows["logs_enabled"] == {"value": True, "source": "env NEMO_LENS_LOGS_ENABLED"}
+
+
+def test_settings_say_where_each_signal_goes_with_a_protocol_hint(tmp_path):
+    # Phoenix's usual URL with the default (gRPC) protocol: the resolved endpoint, and the fix.
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:6006"}
+    done = run("--json", env=env)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["settings"]["exporter"]["value"] == "otlp"
+    (traces,) = out["destinations"]["traces"]
+    assert traces.startswith("otlp grpc http://127.0.0.1:6006 (traces go over gRPC")
+    assert "set OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf" in traces
+    assert out["destinations"]["logs"] == []
+    env["OTEL_EXPORTER_OTLP_PROTOCOL"] = "http/protobuf"
+    env["NEMO_RL_OTEL_EXPORTER"] = "otlp,prometheus,file"
+    done = run(env=env)
+    lines = {line.split()[0]: line for line in done.stdout.splitlines() if line.startswith("  ")}
+    assert "otlp http/protobuf http://127.0.0.1:6006/v1/traces;" in lines["traces"]
+    assert lines["metrics"].split()[1] == "file"
+    assert "prometheus http://127.0.0.1:9464/metrics" in lines["metrics"]
+    assert "otlp" not in lines["metrics"]  # prometheus takes the metrics from OTLP
 
 
 def test_malformed_values_exit_2_with_the_message(tmp_path):

@@ -1,0 +1,45 @@
+"""``spanspec report PATH -o report.html``: a run's steps as one self-contained HTML page."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from spanspec.cli._common import UsageError
+
+
+def add(commands: Any) -> None:
+    report = commands.add_parser(
+        "report",
+        help="write a run's step report: one self-contained HTML file",
+        description="Write one HTML file (no network needed; opens from disk) with the step-time "
+        "breakdown, every step by bucket, a step picker, the picked step's waterfall with one "
+        "lane per process, span attributes on click, and the slowest steps.",
+    )
+    report.add_argument(
+        "path", metavar="PATH", help="a traces.jsonl, the folder holding it, or a run folder"
+    )
+    report.add_argument("-o", "--out", metavar="FILE", default="report.html", help="output file")
+    report.add_argument("--run-id", metavar="ID", help="the run to show (default: the latest)")
+    report.add_argument("--registry", metavar="PATH", help="the registry (for buckets)")
+    report.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import spanspec
+    from spanspec.report import ReportError, write_report
+
+    try:
+        spec = spanspec.load(args.registry) if args.registry else None
+        data = write_report(args.path, args.out, spec=spec, run_id=args.run_id)
+    except ReportError as exc:
+        raise UsageError(str(exc)) from None
+    except spanspec.SpecError as exc:
+        raise UsageError(f"{args.registry}: {exc}") from None
+    except OSError as exc:
+        raise UsageError(f"{args.out}: cannot write: {exc.strerror or exc}") from None
+    print(
+        f"wrote {args.out}: run {data['run_id'] or '-'}, {len(data['steps'])} steps, "
+        f"{data['span_count']} spans, {len(data['lanes'])} processes"
+    )
+    return 0

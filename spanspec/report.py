@@ -1,0 +1,242 @@
+"""A run's steps as one self-contained HTML page: breakdown chart, step picker, waterfall.
+
+``spanspec report PATH -o report.html`` calls :func:`write_report`. PATH is a ``traces.jsonl``,
+the folder holding it, or a run folder above it. The page needs no network (no CDN, no fonts, no
+images: inline CSS, SVG and a small script) and works opened from disk. It shows:
+
+- the step-time breakdown (phases, mean seconds, share, bucket) and the buckets as a bar, as
+  printed at the end of a run (:mod:`spanspec.breakdown`);
+- every step as a bar split by bucket; clicking one, or the step picker, shows that step;
+- the picked step's waterfall with one lane per process (driver, each worker), a span's
+  attributes on click;
+- the slowest steps.
+
+All numbers are computed here, in Python, and embedded as JSON; the script only draws them.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+from collections import defaultdict
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from spanspec.breakdown import Breakdown, compute_breakdown
+from spanspec.otlp_json import SpanRecord, read_traces
+from spanspec.spec import Spec
+from spanspec.timeline import lane_of, lanes, pack_tracks
+from spanspec.view import ITERATION_ATTRIBUTE
+
+__all__ = ["ReportError", "find_trace_files", "render_report", "report_data", "write_report"]
+
+TRACE_FILE = "traces.jsonl"
+SLOWEST = 5
+
+
+class ReportError(Exception):
+    """Bad input for a report: one line saying what and where."""
+
+
+def find_trace_files(path: str | os.PathLike[str]) -> list[Path]:
+    """The trace files PATH names: the file itself, ``PATH/traces.jsonl``, or every
+    ``traces.jsonl`` below PATH (a run folder holds ``telemetry/traces.jsonl``).
+
+    Raises:
+        ReportError: when PATH does not exist or holds no trace file.
+    """
+    p = Path(path)
+    if p.is_file():
+        return [p]
+    if not p.exists():
+        raise ReportError(f"{p}: no such file or folder (expected a {TRACE_FILE} or a run folder)")
+    if (p / TRACE_FILE).is_file():
+        return [p / TRACE_FILE]
+    found = sorted(p.rglob(TRACE_FILE))
+    if not found:
+        raise ReportError(
+            f"{p}: no {TRACE_FILE} in this folder or below it; run with telemetry.exporter=file "
+            "(or auto without an OTLP endpoint) to write one"
+        )
+    return found
+
+
+def _run_ids(spans: Sequence[SpanRecord]) -> list[str]:
+    first: dict[str, int] = {}
+    for s in spans:
+        rid = s.resource.get("rl.run_id")
+        if isinstance(rid, str):
+            first[rid] = min(first.get(rid, s.start_time_unix_nano), s.start_time_unix_nano)
+    return sorted(first, key=first.__getitem__)
+
+
+def _is_step(s: SpanRecord) -> bool:
+    parts = s.name.split(".")
+    return len(parts) == 3 and parts[0] == "rl" and parts[2] == "step"
+
+
+def _breakdown_json(b: Breakdown) -> dict[str, Any]:
+    return {
+        "steps": b.steps,
+        "mean_step_s": b.mean_step_s,
+        "phases": [
+            {
+                "name": p.name,
+                "depth": p.depth,
+                "mean_s": p.mean_s,
+                "share": p.share,
+                "bucket": p.bucket,
+                "count": p.count,
+            }
+            for p in b.phases
+        ],
+        "buckets": b.buckets,
+    }
+
+
+def _value(v: Any) -> Any:
+    if isinstance(v, str | int | float | bool) or v is None:
+        return v
+    return json.loads(json.dumps(v, default=str))
+
+
+def report_data(
+    spans: Sequence[SpanRecord], spec: Spec, run_id: str | None = None, title: str | None = None
+) -> dict[str, Any]:
+    """Everything the page shows, as JSON-ready data.
+
+    With several runs in the spans (a folder appended to by a resumed or repeated run), only
+    ``run_id``'s spans count, by default the latest run's.
+
+    Raises:
+        ReportError: when ``run_id`` is not in the spans.
+    """
+    runs = _run_ids(spans)
+    if run_id is None and runs:
+        run_id = runs[-1]
+    if run_id is not None:
+        if run_id not in runs:
+            raise ReportError(f"run id {run_id!r} is not in the files; runs: {', '.join(runs)}")
+        spans = [s for s in spans if s.resource.get("rl.run_id") == run_id]
+    breakdown = compute_breakdown(spans, spec)
+
+    children: dict[str, list[SpanRecord]] = defaultdict(list)
+    for s in spans:
+        if s.parent_span_id:
+            children[s.parent_span_id].append(s)
+    all_lanes = lanes(spans)
+    lane_index = {lane.key: i for i, lane in enumerate(all_lanes)}
+
+    def bucket_of(name: str) -> str | None:
+        entry = spec.spans.get(name)
+        return spec.groups[entry.group].bucket if entry else None
+
+    steps = []
+    for step in sorted(filter(_is_step, spans), key=lambda s: s.start_time_unix_nano):
+        members = [step]
+        stack = [step]
+        while stack:
+            for child in children.get(stack.pop().span_id, []):
+                members.append(child)
+                stack.append(child)
+        per_lane: dict[int, list[SpanRecord]] = defaultdict(list)
+        for s in members:
+            per_lane[lane_index[lane_of(s.resource).key]].append(s)
+        rows = []
+        for lane, lane_spans in per_lane.items():
+            # One row per (track, depth): nested spans stack downwards, as in a flame graph.
+            tracks = pack_tracks(lane_spans)
+            depth = defaultdict(int)
+            for track, d in tracks.values():
+                depth[track] = max(depth[track], d + 1)
+            offset = {t: sum(depth[u] for u in depth if u < t) for t in depth}
+            for s in lane_spans:
+                track, d = tracks[id(s)]
+                rows.append(
+                    {
+                        "name": s.name,
+                        "lane": lane,
+                        "row": offset[track] + d,
+                        "start_ms": (s.start_time_unix_nano - step.start_time_unix_nano) / 1e6,
+                        "dur_ms": s.duration_ns / 1e6,
+                        "bucket": bucket_of(s.name),
+                        "error": s.is_error,
+                        "attributes": {k: _value(v) for k, v in s.attributes.items()},
+                        "span_id": s.span_id,
+                        "parent_span_id": s.parent_span_id,
+                    }
+                )
+        rows.sort(key=lambda r: (r["lane"], r["row"], r["start_ms"]))
+        one = compute_breakdown(members, spec)
+        iteration = step.attributes.get(ITERATION_ATTRIBUTE)
+        steps.append(
+            {
+                "name": step.name,
+                "iteration": iteration if isinstance(iteration, int) else len(steps),
+                "trace_id": step.trace_id,
+                "dur_ms": step.duration_ns / 1e6,
+                "start_unix_nano": step.start_time_unix_nano,
+                "buckets": {b: share * step.duration_ns / 1e6 for b, share in one.buckets.items()},
+                "spans": rows,
+            }
+        )
+    slowest = sorted(range(len(steps)), key=lambda i: -steps[i]["dur_ms"])[:SLOWEST]
+    resource = spans[0].resource if spans else {}
+    return {
+        "title": title or f"run {run_id or 'unknown'}",
+        "run_id": run_id,
+        "runs": runs,
+        "service": resource.get("service.name"),
+        "algorithm": resource.get("rl.algorithm"),
+        "model": resource.get("rl.model"),
+        "span_count": len(spans),
+        "lanes": [lane.label for lane in all_lanes],
+        "breakdown": _breakdown_json(breakdown),
+        "steps": steps,
+        "slowest": slowest,
+    }
+
+
+def render_report(data: dict[str, Any]) -> str:
+    """The HTML page for :func:`report_data`'s data (the template is package data)."""
+    template = resources.files("spanspec").joinpath("report_template.html").read_text("utf-8")
+    # Inside <script>, "</" could end the element early; "<\/" means the same in JSON.
+    payload = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+    return template.replace("{{TITLE}}", html.escape(str(data["title"]))).replace(
+        "{{DATA}}", payload
+    )
+
+
+def write_report(
+    path: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    spec: Spec | None = None,
+    run_id: str | None = None,
+) -> dict[str, Any]:
+    """Read the traces PATH names, write the HTML report to ``out``; return the report's data.
+
+    Raises:
+        ReportError: for a missing path, no trace file, unreadable lines, an unknown run id, or
+            no spans at all.
+    """
+    files = find_trace_files(path)
+    read = read_traces(files)
+    bad = [f for f in read.findings if f.level == "violation"]
+    if bad:
+        raise ReportError(str(bad[0]))
+    if not read.spans:
+        raise ReportError(f"{files[0]}: the file holds no spans")
+    data = report_data(read.spans, spec or _load(), run_id=run_id)
+    data["files"] = [str(f) for f in files]
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(render_report(data), encoding="utf-8")
+    return data
+
+
+def _load() -> Spec:
+    from spanspec.registry import load
+
+    return load()

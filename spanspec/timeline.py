@@ -1,0 +1,161 @@
+"""Spans laid out in time: one lane per process, nested tracks, and the Chrome trace-event format.
+
+A *lane* is one process of a job: its ``rl.worker.group`` and ``rl.worker.rank`` resource
+attributes (``driver``, ``policy 0``, ``generation 1``), else its ``service.name`` and
+``process.pid``. Inside a lane, spans are packed onto *tracks* so that the spans of one track
+nest properly (each starts and ends inside the one it sits on, or after it) — what a flame-graph
+row and a Chrome trace "thread" both need; overlapping siblings (asyncio, threads) get a track of
+their own.
+
+:func:`to_chrome_trace` writes the `Trace Event Format
+<https://docs.google.com/document/d/1CvAClvFfyA5R-PhYUmn5OOQtYMH4h6I0nSsKchNAySU>`_ that Perfetto
+UI and ``chrome://tracing`` open: complete events (``"ph": "X"``, ``ts``/``dur`` in
+microseconds) with ``pid`` = the lane and ``tid`` = the track, plus ``process_name`` /
+``thread_name`` metadata events naming them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from spanspec.otlp_json import SpanRecord
+
+__all__ = ["Lane", "lane_of", "lanes", "pack_tracks", "to_chrome_trace"]
+
+
+@dataclass(frozen=True, slots=True)
+class Lane:
+    """One process: ``key`` identifies it, ``label`` is what a person reads, ``order`` sorts."""
+
+    key: tuple[Any, ...]
+    label: str
+    order: tuple[int, str]
+
+
+def lane_of(resource: Mapping[str, Any]) -> Lane:
+    """Return the lane of a span from its resource attributes."""
+    group = resource.get("rl.worker.group")
+    if isinstance(group, str) and group:
+        rank = resource.get("rl.worker.rank", 0)
+        label = "driver" if group == "driver" else f"{group} {rank}"
+        key: tuple[Any, ...] = (group, rank, resource.get("process.pid"))
+        return Lane(key, label, (0 if group == "driver" else 1, label))
+    service = str(resource.get("service.name", "unknown_service"))
+    pid = resource.get("process.pid")
+    label = f"{service} pid {pid}" if pid is not None else service
+    return Lane((service, pid), label, (2, label))
+
+
+def lanes(spans: Iterable[SpanRecord]) -> list[Lane]:
+    """The distinct lanes of ``spans``: the driver first, then workers by group and rank."""
+    found = {}
+    for s in spans:
+        lane = lane_of(s.resource)
+        found.setdefault(lane.key, lane)
+    return sorted(found.values(), key=lambda lane: lane.order)
+
+
+def pack_tracks(spans: Sequence[SpanRecord]) -> dict[int, tuple[int, int]]:
+    """Assign each span (by ``id()``) a ``(track, depth)`` so that every track nests properly.
+
+    Spans are taken in start order (longer first on ties); a span goes on the lowest track whose
+    innermost still-open span contains it, or that has nothing open; ``depth`` is how many open
+    spans of that track it sits inside.
+    """
+    stacks: list[list[int]] = []  # per track: end times of the open spans, innermost last
+    out: dict[int, tuple[int, int]] = {}
+    for s in sorted(spans, key=lambda s: (s.start_time_unix_nano, -s.end_time_unix_nano)):
+        start, end = s.start_time_unix_nano, max(s.start_time_unix_nano, s.end_time_unix_nano)
+        for number, stack in enumerate(stacks):
+            while stack and stack[-1] <= start:
+                stack.pop()
+            if not stack or stack[-1] >= end:
+                out[id(s)] = (number, len(stack))
+                stack.append(end)
+                break
+        else:
+            stacks.append([end])
+            out[id(s)] = (len(stacks) - 1, 0)
+    return out
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    if isinstance(value, list | tuple):
+        return [_json_value(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _json_value(v) for k, v in value.items()}
+    return str(value)
+
+
+def to_chrome_trace(spans: Sequence[SpanRecord]) -> dict[str, Any]:
+    """Return the Chrome trace-event JSON object (``{"traceEvents": [...], ...}``) of ``spans``.
+
+    Each span is one complete event: ``name``, ``cat`` (its instrumentation scope), ``ph: "X"``,
+    ``ts`` and ``dur`` (microseconds since the earliest span), ``pid`` (the lane, from 1),
+    ``tid`` (the track in the lane, from 1) and ``args`` (attributes, ids, status). Metadata
+    events name each process and thread and keep the lanes in order.
+    """
+    if not spans:
+        return {"traceEvents": [], "displayTimeUnit": "ms"}
+    origin = min(s.start_time_unix_nano for s in spans)
+    by_lane: dict[tuple[Any, ...], list[SpanRecord]] = {}
+    for s in spans:
+        by_lane.setdefault(lane_of(s.resource).key, []).append(s)
+    events: list[dict[str, Any]] = []
+    for pid, lane in enumerate(lanes(spans), start=1):
+        members = by_lane[lane.key]
+        tracks = pack_tracks(members)
+        events.append(
+            {"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": lane.label}}
+        )
+        events.append(
+            {
+                "name": "process_sort_index",
+                "ph": "M",
+                "pid": pid,
+                "tid": 0,
+                "args": {"sort_index": pid},
+            }
+        )
+        for tid in sorted({track for track, _ in tracks.values()}):
+            events.append(
+                {
+                    "name": "thread_name",
+                    "ph": "M",
+                    "pid": pid,
+                    "tid": tid + 1,
+                    "args": {"name": "spans" if tid == 0 else f"spans (overlap {tid})"},
+                }
+            )
+        for s in sorted(members, key=lambda s: s.start_time_unix_nano):
+            args = {k: _json_value(v) for k, v in s.attributes.items()}
+            args.update(
+                {
+                    "trace_id": s.trace_id,
+                    "span_id": s.span_id,
+                    "parent_span_id": s.parent_span_id or "",
+                }
+            )
+            if s.is_error:
+                args["status"] = f"ERROR {s.status_message}".strip()
+            events.append(
+                {
+                    "name": s.name,
+                    "cat": s.scope or "span",
+                    "ph": "X",
+                    "ts": (s.start_time_unix_nano - origin) / 1000,
+                    "dur": s.duration_ns / 1000,
+                    "pid": pid,
+                    "tid": tracks[id(s)][0] + 1,
+                    "args": args,
+                }
+            )
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": {"origin_unix_nano": origin, "spans": len(spans)},
+    }

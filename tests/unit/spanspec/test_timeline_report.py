@@ -1,0 +1,152 @@
+"""spanspec.timeline (lanes, tracks, Chrome trace events) and spanspec.report's data."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import spanspec
+from spanspec.otlp_json import SpanRecord, read_spans
+from spanspec.report import ReportError, find_trace_files, report_data, write_report
+from spanspec.timeline import lanes, pack_tracks, to_chrome_trace
+from tests.unit.spanspec.fixtures.traces import grpo_steps, split_worker_spans, write_traces
+
+DRIVER = {"service.name": "nemo-rl", "rl.worker.group": "driver", "process.pid": 10}
+WORKER = {"service.name": "nemo-rl", "rl.worker.group": "policy", "rl.worker.rank": 1}
+
+
+def record(name, span_id, parent=None, start=0, end=10, resource=DRIVER, **attributes):
+    return SpanRecord(
+        name=name,
+        trace_id="a" * 32,
+        span_id=span_id,
+        parent_span_id=parent,
+        start_time_unix_nano=start * 1_000_000,
+        end_time_unix_nano=end * 1_000_000,
+        attributes=attributes,
+        resource=resource,
+    )
+
+
+@pytest.fixture
+def run(tmp_path):
+    traces = write_traces(
+        tmp_path / "run" / "telemetry",
+        grpo_steps(3),
+        groups="per_step",
+        resource={"rl.run_id": "r1"},
+    )
+    split_worker_spans(traces, {"rl.worker.group": "policy", "rl.worker.rank": 0})
+    return tmp_path / "run"
+
+
+def test_nested_spans_share_a_track_and_overlapping_siblings_get_their_own():
+    outer = record("outer", "1", start=0, end=100)
+    a = record("a", "2", parent="1", start=10, end=50)
+    b = record("b", "3", parent="1", start=40, end=90)  # overlaps a: not nested in it
+    c = record("c", "4", parent="1", start=60, end=70)  # inside b, after a ended
+    tracks = pack_tracks([b, c, outer, a])
+    assert tracks[id(outer)] == (0, 0)
+    assert tracks[id(a)] == (0, 1)
+    assert tracks[id(b)] == (1, 0)
+    assert tracks[id(c)] == (0, 1)
+
+
+def test_lanes_put_the_driver_first_then_workers_by_group_and_rank():
+    spans = [
+        record("w", "2", resource=WORKER),
+        record("d", "1"),
+        record("x", "3", resource={"service.name": "other", "process.pid": 7}),
+    ]
+    assert [lane.label for lane in lanes(spans)] == ["driver", "policy 1", "other pid 7"]
+
+
+def test_chrome_trace_has_the_documented_fields():
+    spans = [
+        record("rl.grpo.step", "1", start=5, end=105, **{"rl.iteration": 2}),
+        record("rl.grpo.generation", "2", parent="1", start=10, end=60),
+        record("rl.worker.generate", "3", parent="2", start=12, end=58, resource=WORKER),
+    ]
+    trace = json.loads(json.dumps(to_chrome_trace(spans)))  # JSON-serialisable as is
+    assert trace["displayTimeUnit"] == "ms"
+    events = trace["traceEvents"]
+    complete = [e for e in events if e["ph"] == "X"]
+    meta = [e for e in events if e["ph"] == "M"]
+    assert len(complete) == 3 and len(meta) + len(complete) == len(events)
+    for e in complete:
+        assert set(e) == {"name", "cat", "ph", "ts", "dur", "pid", "tid", "args"}
+        assert isinstance(e["ts"], int | float) and isinstance(e["dur"], int | float)
+        assert isinstance(e["pid"], int) and isinstance(e["tid"], int)
+    step = next(e for e in complete if e["name"] == "rl.grpo.step")
+    assert (step["ts"], step["dur"]) == (0, 100_000)  # microseconds from the first span
+    assert step["args"]["rl.iteration"] == 2 and step["args"]["span_id"] == "1"
+    names = {(e["pid"], e["name"]): e["args"] for e in meta}
+    assert names[(1, "process_name")] == {"name": "driver"}
+    assert names[(2, "process_name")] == {"name": "policy 1"}
+    assert {e["name"] for e in meta if e["pid"] == 1} == {
+        "process_name",
+        "process_sort_index",
+        "thread_name",
+    }
+    worker = next(e for e in complete if e["name"] == "rl.worker.generate")
+    assert (worker["pid"], worker["tid"], worker["ts"]) == (2, 1, 7_000)
+    assert to_chrome_trace([]) == {"traceEvents": [], "displayTimeUnit": "ms"}
+
+
+def test_report_data_holds_steps_lanes_and_the_breakdown(run):
+    data = report_data(read_spans(find_trace_files(run)), spanspec.load())
+    assert data["run_id"] == "r1" and data["lanes"] == ["driver", "policy 0"]
+    assert [s["iteration"] for s in data["steps"]] == [0, 1, 2]
+    assert data["breakdown"]["steps"] == 3
+    assert {p["name"] for p in data["breakdown"]["phases"]} >= {
+        "rl.grpo.rollout",
+        "rl.worker.generate",
+    }
+    step = data["steps"][0]
+    # Every span of the step, the worker's in its own lane; nested spans on rows below.
+    assert len(step["spans"]) == 8
+    generate = next(s for s in step["spans"] if s["name"] == "rl.worker.generate")
+    assert generate["lane"] == 1 and generate["attributes"] == {"gen_ai.system": "torch"}
+    rows = {s["name"]: s["row"] for s in step["spans"] if s["lane"] == 0}
+    assert rows["rl.grpo.step"] == 0 and rows["rl.grpo.rollout"] == 1
+    assert rows["rl.grpo.generation"] == 2
+    assert sorted(data["slowest"]) == [0, 1, 2]
+
+
+def test_only_the_latest_run_unless_asked(run, tmp_path):
+    more = write_traces(
+        tmp_path / "b", grpo_steps(1), groups="per_step", resource={"rl.run_id": "r2"}
+    )
+    target = run / "telemetry" / "traces.jsonl"
+    target.write_text(target.read_text() + more.read_text())
+    spans = read_spans(target)
+    assert report_data(spans, spanspec.load())["runs"] == ["r1", "r2"]
+    assert len(report_data(spans, spanspec.load())["steps"]) == 1
+    assert len(report_data(spans, spanspec.load(), run_id="r1")["steps"]) == 3
+    with pytest.raises(ReportError, match="run id 'r9' is not in the files; runs: r1, r2"):
+        report_data(spans, spanspec.load(), run_id="r9")
+
+
+def test_write_report_names_bad_input(run, tmp_path):
+    data = write_report(run / "telemetry" / "traces.jsonl", tmp_path / "out" / "r.html")
+    page = (tmp_path / "out" / "r.html").read_text()
+    assert '"run_id":"r1"' in page and data["files"] == [str(run / "telemetry" / "traces.jsonl")]
+    with pytest.raises(ReportError, match="no such file or folder"):
+        write_report(tmp_path / "missing", tmp_path / "x.html")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ReportError, match=r"no traces\.jsonl in this folder or below it"):
+        write_report(tmp_path / "empty", tmp_path / "x.html")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{not json\n{}\n")
+    with pytest.raises(ReportError, match=r"bad.jsonl:1:2: violation: otlp.invalid_json"):
+        write_report(bad, tmp_path / "x.html")
+
+
+def test_a_closing_script_tag_in_an_attribute_cannot_break_the_page(tmp_path):
+    spans = [record("rl.grpo.step", "1", **{"rl.iteration": 0, "note": "</script><b>x"})]
+    data = report_data(spans, spanspec.load())
+    from spanspec.report import render_report
+
+    page = render_report(data)
+    assert "</script><b>" not in page and "<\\/script><b>x" in page
