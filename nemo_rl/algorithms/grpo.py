@@ -191,7 +191,7 @@ def _start_workers(cfg: MasterConfig, tokenizer: CharTokenizer) -> tuple[Any, An
         num_cpus=cpus,
     )
     if cfg.generation.backend == "vllm":
-        from nemo_rl.models.generation.vllm_backend import VllmGeneration
+        from nemo_rl.models.generation.vllm_backend import VllmGeneration, vllm_num_gpus
 
         model_dir = os.path.abspath(os.path.join(cfg.logger.log_dir, "hf_policy"))
         ray.get(call(policy.save_pretrained, model_dir))
@@ -203,7 +203,7 @@ def _start_workers(cfg: MasterConfig, tokenizer: CharTokenizer) -> tuple[Any, An
             tokenizer,
             cfg.grpo.seed,
             num_cpus=cpus,
-            num_gpus=1,
+            num_gpus=vllm_num_gpus(),
         )
     else:
         # Built from the same seed as the policy, so both start with identical weights.

@@ -73,7 +73,7 @@ class TorchGeneration(GenerationInterface):
             n_out = int(out["response_mask"].sum())
             if span is not None:
                 span.set_attribute("gen_ai.usage.output_tokens", n_out)
-        record_token_usage(int(attention_mask.sum()), n_out, system="torch")
+        record_token_usage(int(attention_mask.sum()), n_out, system="torch", model=self.model_name)
         return out
 
     def _sample(
