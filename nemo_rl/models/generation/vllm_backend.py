@@ -102,7 +102,11 @@ def native_tracing_args(vllm: Any = None) -> dict[str, Any]:
     # The HTTP exporter takes the full URL (…/v1/traces); otlp_endpoint builds it like the SDK.
     os.environ["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] = protocol
     os.environ.setdefault("OTEL_SERVICE_NAME", handle.settings.service_name)
-    return {"otlp_traces_endpoint": export.otlp_endpoint("traces", protocol)}
+    return {
+        "otlp_traces_endpoint": export.otlp_endpoint("traces", protocol),
+        # vLLM builds its request spans from the per-request stats, which LLM turns off by default.
+        "disable_log_stats": False,
+    }
 
 
 def assemble_output(

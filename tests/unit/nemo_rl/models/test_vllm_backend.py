@@ -228,6 +228,8 @@ def test_vllm_native_tracing_follows_the_telemetry_settings(
         os.environ.update(saved)
     llm = _FakeLLM.instances[0]
     assert llm.kwargs.get("otlp_traces_endpoint") == expected
+    # vLLM's request spans need its per-request stats, which LLM turns off unless told.
+    assert llm.kwargs.get("disable_log_stats", True) is (expected is None)
     headers = llm.llm_engine.requests[0][3]["trace_headers"]
     if expected:  # vLLM reads only the traces variable; the request carries the trace context
         assert protocol == env.get("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
