@@ -16,51 +16,26 @@ token) can win; vLLM's paged KV cache and continuous batching pay off on a GPU w
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bench_grpo import median_after_warmup, run_job
 
-from nemo_rl.models.generation.interface import vllm_installed  # noqa: E402
+from nemo_rl.models.generation.interface import vllm_installed
 
 
 def run_once(backend: str, steps: int, folder: Path) -> dict[str, float]:
     """Runs the job once; returns its median ``gen_s`` and ``step_s`` and its ``wall_s``."""
-    log_dir = folder / f"{backend}_{time.monotonic_ns()}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NEMO_RL_OTEL_", "NEMO_LENS_"))}
-    cmd = [
-        sys.executable,
-        "examples/run_grpo.py",
-        f"generation.backend={backend}",
-        f"logger.log_dir={log_dir}",
-        "logger.tqdm=false",
-        f"grpo.max_steps={steps}",
-        "grpo.val_period=0",
-        "grpo.val_at_start=false",
-        "checkpointing.enabled=false",
-        "telemetry.enabled=false",
-    ]
-    start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    if proc.returncode != 0:
-        raise RuntimeError(f"{backend} run failed:\n{proc.stderr[-3000:]}")
-    rows = [json.loads(line) for line in (log_dir / "metrics.jsonl").read_text().splitlines()]
-
-    def median(key: str) -> float:
-        values = [r[key] for r in rows if key in r]
-        return statistics.median(values[1:] or values)
-
+    rows, wall = run_job(
+        [f"generation.backend={backend}", "telemetry.enabled=false"],
+        steps,
+        folder / f"{backend}_{time.monotonic_ns()}",
+    )
     return {
-        "gen_s": median("timing/rl.grpo.generation"),
-        "step_s": median("timing/rl.grpo.step"),
+        "gen_s": median_after_warmup(rows, "timing/rl.grpo.generation"),
+        "step_s": median_after_warmup(rows, "timing/rl.grpo.step"),
         "wall_s": wall,
     }
 

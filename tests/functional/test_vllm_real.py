@@ -84,7 +84,9 @@ def _metric_points(path: Path) -> dict[str, list[dict]]:
                 for m in sm["metrics"]:
                     kind = next(k for k in ("histogram", "sum", "gauge") if k in m)
                     for point in m[kind]["dataPoints"]:
-                        points[m["name"]].append({**point, "attrs": _attrs(point["attributes"])})
+                        points[m["name"]].append(
+                            {**point, "attrs": _attrs(point.get("attributes", []))}
+                        )
     return points
 
 

@@ -6,8 +6,8 @@ for, and the actor then configures the engine for the device it sees. vLLM is im
 class, so this module imports on machines without it.
 
 The engine loads the policy from a Hugging Face folder written by
-``PolicyWorker.save_pretrained``; later weights arrive through ``update_weights`` and are loaded
-into the running engine with ``LLM.apply_model`` (no restart). The tokenizer is ours
+``PolicyWorker.save_pretrained``; later weights arrive through ``update_weights`` and are
+reloaded into the running engine by vLLM's ``reload_weights`` (no restart). The tokenizer is ours
 (character-level), so the engine starts with ``skip_tokenizer_init=True`` and is fed token ids.
 Requests go through ``LLMEngine.add_request``, the path that accepts ``trace_headers``: with
 native tracing on, vLLM's own request spans join the step's trace under ``rl.vllm.generate``.
