@@ -14,23 +14,36 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import ray
-import torch
 from pydantic import BaseModel, ConfigDict, Field
 
+import spanspec
 from nemo_rl.algorithms.advantages import group_normalized_advantages
-from nemo_rl.data import CharTokenizer, PromptIterator, left_pad
-from nemo_rl.distributed import call, init_ray, spawn_actor
-from nemo_rl.environments import ArithmeticEnvironment, Problem, make_problems
-from nemo_rl.models.generation.interface import GenerationConfig, GenerationOutput
-from nemo_rl.models.generation.torch_backend import TorchGeneration
-from nemo_rl.models.policy import PolicyConfig, PolicyWorker
-from nemo_rl.telemetry import TelemetryConfig
-from nemo_rl.utils.checkpoint import (
-    CheckpointConfig,
-    CheckpointManager,
-    get_rng_state,
-    set_rng_state,
+from nemo_rl.algorithms.common import (
+    ClusterConfig,
+    EnvConfig,
+    RunSummary,
+    Task,
+    checkpoint_manager,
+    encode_prompts,
+    exact_match,
+    make_task,
+    num_micro_batches,
+    read_checkpoint,
+    score_responses,
+    spawn_generation,
+    spawn_policy,
+    stop_workers,
+    wait_ready,
+    write_checkpoint,
 )
+from nemo_rl.algorithms.loss_functions import ClippedPGLoss, ClippedPGLossConfig
+from nemo_rl.data import PromptIterator
+from nemo_rl.distributed import call, init_ray
+from nemo_rl.environments import Problem
+from nemo_rl.models.generation.interface import GenerationConfig, GenerationOutput
+from nemo_rl.models.policy import PolicyConfig
+from nemo_rl.telemetry import TelemetryConfig
+from nemo_rl.utils.checkpoint import CheckpointConfig, CheckpointManager
 from nemo_rl.utils.logger import Logger, LoggerConfig
 from nemo_rl.utils.timer import Timer, annotate
 
@@ -41,6 +54,7 @@ __all__ = [
     "GRPOSetup",
     "MasterConfig",
     "grpo_train",
+    "run",
     "setup",
     "teardown",
     "validate",
@@ -69,34 +83,8 @@ class GRPOConfig(BaseModel):
     """Validate once before the first step (step 0), as the baseline."""
     seed: int = 42
     """Seeds the model weights, the data order and every step's sampling."""
-
-
-class EnvConfig(BaseModel):
-    """The arithmetic task (see ``nemo_rl.environments.arithmetic``)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    max_first: int = Field(99, ge=1)
-    """Largest first operand."""
-    max_second: int = Field(9, ge=1)
-    """Largest second operand."""
-    carry: bool = False
-    """Keep problems whose addition carries (much harder for a tiny policy)."""
-    val_fraction: float = Field(0.2, gt=0.0, lt=1.0)
-    """Share of the problems held out for validation."""
-
-
-class ClusterConfig(BaseModel):
-    """Ray."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    address: str | None = None
-    """Ray cluster to join; None starts a local one (``$RAY_ADDRESS`` also joins)."""
-    num_cpus: int = Field(4, ge=1)
-    """Logical CPUs of a local cluster."""
-    worker_num_cpus: float = Field(1.0, gt=0.0)
-    """CPUs each worker actor asks for (also its torch thread count)."""
+    loss: ClippedPGLossConfig = Field(default_factory=ClippedPGLossConfig)
+    """Coefficients of the clipped policy-gradient loss."""
 
 
 class MasterConfig(BaseModel):
@@ -130,10 +118,8 @@ class GRPOSetup:
     """Everything the loop needs, built by ``setup``."""
 
     cfg: MasterConfig
-    tokenizer: CharTokenizer
-    env: ArithmeticEnvironment
+    task: Task
     train_data: PromptIterator[Problem]
-    val_problems: list[Problem]
     policy: Any
     """Ray actor handle of a ``PolicyWorker``."""
     generation: Any
@@ -151,98 +137,70 @@ def setup(cfg: MasterConfig) -> GRPOSetup:
     Starts (or joins) Ray if needed. Raises whatever a worker raises while starting.
     """
     init_ray(num_cpus=cfg.cluster.num_cpus, address=cfg.cluster.address)
-    tokenizer = CharTokenizer()
-    train, val = make_problems(
-        cfg.grpo.seed, cfg.env.max_first, cfg.env.max_second, cfg.env.carry, cfg.env.val_fraction
-    )
+    task = make_task(cfg.env, cfg.grpo.seed)
     timer = Timer()
     with timer.span("rl.grpo.model_init", **{"rl.model": cfg.policy.model_name}):
-        policy, generation = _start_workers(cfg, tokenizer)
-    checkpoints = None
-    if cfg.checkpointing.enabled:
-        root = cfg.checkpointing.checkpoint_dir or os.path.join(cfg.logger.log_dir, "checkpoints")
-        checkpoints = CheckpointManager(root, keep=cfg.checkpointing.keep)
+        loss = ClippedPGLoss(cfg.grpo.loss, temperature=cfg.generation.temperature)
+        vocab = task.tokenizer.vocab_size
+        policy = spawn_policy(
+            cfg.policy, cfg.cluster, vocab, cfg.grpo.seed, loss, cfg.generation.temperature
+        )
+        generation = spawn_generation(
+            cfg.generation,
+            cfg.policy.model,
+            cfg.policy.model_name,
+            cfg.cluster,
+            task.tokenizer,
+            cfg.grpo.seed,
+            policy,
+            cfg.logger.log_dir,
+        )
+        wait_ready(policy, generation)
     s = GRPOSetup(
         cfg=cfg,
-        tokenizer=tokenizer,
-        env=ArithmeticEnvironment(),
-        train_data=PromptIterator(train, seed=cfg.grpo.seed),
-        val_problems=val,
+        task=task,
+        train_data=PromptIterator(task.train, seed=cfg.grpo.seed),
         policy=policy,
         generation=generation,
         logger=None,  # type: ignore[arg-type]  # made below, once the start step is known
-        checkpoints=checkpoints,
+        checkpoints=checkpoint_manager(cfg.checkpointing, cfg.logger),
         timer=timer,
     )
-    if checkpoints is not None and (latest := checkpoints.latest()) is not None:
+    if s.checkpoints is not None and (latest := s.checkpoints.latest()) is not None:
         load_checkpoint(s, latest)
-    s.logger = Logger(cfg.logger, total_steps=cfg.grpo.max_steps, initial_step=s.start_step)
+    s.logger = Logger(cfg.logger, cfg.grpo.max_steps, initial_step=s.start_step, desc="grpo")
     return s
-
-
-def _start_workers(cfg: MasterConfig, tokenizer: CharTokenizer) -> tuple[Any, Any]:
-    cpus = cfg.cluster.worker_num_cpus
-    policy = spawn_actor(
-        PolicyWorker,
-        cfg.policy,
-        tokenizer.vocab_size,
-        cfg.grpo.seed,
-        temperature=cfg.generation.temperature,
-        num_cpus=cpus,
-    )
-    if cfg.generation.backend == "vllm":
-        from nemo_rl.models.generation.vllm_backend import VllmGeneration, vllm_num_gpus
-
-        model_dir = os.path.abspath(os.path.join(cfg.logger.log_dir, "hf_policy"))
-        ray.get(call(policy.save_pretrained, model_dir))
-        generation = spawn_actor(
-            VllmGeneration,
-            model_dir,
-            cfg.policy.model_name,
-            cfg.generation,
-            tokenizer,
-            cfg.grpo.seed,
-            num_cpus=cpus,
-            num_gpus=vllm_num_gpus(),
-        )
-    else:
-        # Built from the same seed as the policy, so both start with identical weights.
-        generation = spawn_actor(
-            TorchGeneration,
-            cfg.policy.model,
-            cfg.policy.model_name,
-            cfg.generation,
-            tokenizer.vocab_size,
-            tokenizer.eos_token_id,
-            tokenizer.pad_token_id,
-            cfg.grpo.seed,
-            num_cpus=cpus,
-        )
-    ray.get([policy.__ray_ready__.remote(), generation.__ray_ready__.remote()])
-    return policy, generation
 
 
 def teardown(s: GRPOSetup) -> None:
     """Flushes the workers' telemetry, stops them and closes the logger."""
-    actors = [s.policy, s.generation]
-    ray.get([a.close.remote() for a in actors])
-    for a in actors:
-        ray.kill(a)
-    s.logger.close()
+    stop_workers(s.policy, s.generation)
+    if s.logger is not None:
+        s.logger.close()
+
+
+def run(cfg: MasterConfig, job_attributes: dict[str, Any]) -> RunSummary:
+    """The whole job inside its ``rl.grpo.job`` span: setup, train, teardown; returns the summary."""
+    with spanspec.span("rl.grpo.job", **job_attributes):
+        s = setup(cfg)
+        try:
+            return grpo_train(s)
+        finally:
+            teardown(s)
 
 
 # -- the loop -----------------------------------------------------------------------------------
 
 
-def grpo_train(s: GRPOSetup) -> dict[str, Any]:
+def grpo_train(s: GRPOSetup) -> RunSummary:
     """Runs steps ``s.start_step .. grpo.max_steps - 1``; returns a summary of the run.
 
-    The summary holds ``validation`` (``[(step, accuracy), ...]``) and ``rewards`` (the mean
-    reward of each step run). Every metric also goes to ``<log_dir>/metrics.jsonl``.
+    The summary's ``curves["reward"]`` holds the mean reward of each step run, its
+    ``validation`` the held-out ``accuracy``. Every metric also goes to ``<log_dir>/metrics.jsonl``.
     """
-    cfg, timer, tok = s.cfg, s.timer, s.tokenizer
+    cfg, timer = s.cfg, s.timer
     P, G = cfg.grpo.num_prompts_per_step, cfg.grpo.num_generations_per_prompt
-    summary: dict[str, Any] = {"validation": [], "rewards": []}
+    summary = RunSummary(start_step=s.start_step)
     if s.start_step >= cfg.grpo.max_steps:
         s.logger.print(
             f"resumed after step {s.start_step}: grpo.max_steps={cfg.grpo.max_steps} is reached, "
@@ -253,7 +211,7 @@ def grpo_train(s: GRPOSetup) -> dict[str, Any]:
         accuracy = validate(s, iteration=0)
         s.logger.log({"accuracy": accuracy}, step=0, prefix="validation")
         s.logger.print(f"step 0: validation accuracy {accuracy:.3f}")
-        summary["validation"].append((0, accuracy))
+        summary.validation.append((0, {"accuracy": accuracy}))
     timer.take()  # start-up time is not part of step 0
 
     for step in range(s.start_step, cfg.grpo.max_steps):
@@ -270,9 +228,7 @@ def grpo_train(s: GRPOSetup) -> dict[str, Any]:
                 },
             ):
                 problems = [p for p in s.train_data.next_batch(P) for _ in range(G)]
-                input_ids, attention_mask = left_pad(
-                    [tok.encode(p.prompt, add_bos=True) for p in problems], tok.pad_token_id
-                )
+                input_ids, attention_mask = encode_prompts(s.task, problems)
 
             # ROLLOUT: sample responses, then score them.
             with timer.span(
@@ -293,15 +249,7 @@ def grpo_train(s: GRPOSetup) -> dict[str, Any]:
                     num_tokens = int(out["attention_mask"].sum())
                     annotate(span, **{"rl.num_tokens": num_tokens})
                 with timer.span("rl.grpo.reward", **it) as span:
-                    responses = _decode_responses(tok, out, input_ids.shape[1])
-                    stopped = out["stopped"].tolist()
-                    rewards = torch.tensor(
-                        s.env.step(responses, [p.answer for p in problems], stopped)
-                    )
-                    exact = sum(
-                        s.env.is_correct(r, p.answer, st)
-                        for r, p, st in zip(responses, problems, stopped, strict=True)
-                    ) / len(problems)
+                    rewards, exact = score_responses(s.task, out, problems, input_ids.shape[1])
                     annotate(span, **{"rl.reward.mean": float(rewards.mean())})
 
             batch = {
@@ -325,7 +273,7 @@ def grpo_train(s: GRPOSetup) -> dict[str, Any]:
                 )
 
             # POLICY UPDATE: clipped policy gradient with a KL penalty, in micro-batches.
-            n_micro = _num_micro_batches(cfg.policy, P * G)
+            n_micro = num_micro_batches(cfg.policy, P * G)
             with timer.span(
                 "rl.grpo.policy_update",
                 **it,
@@ -341,7 +289,7 @@ def grpo_train(s: GRPOSetup) -> dict[str, Any]:
             done = step + 1
             if cfg.grpo.val_period and done % cfg.grpo.val_period == 0:
                 accuracy = validate(s, iteration=step)
-                summary["validation"].append((done, accuracy))
+                summary.validation.append((done, {"accuracy": accuracy}))
             if s.checkpoints is not None and (
                 done % cfg.checkpointing.save_period == 0 or done == cfg.grpo.max_steps
             ):
@@ -364,11 +312,11 @@ def grpo_train(s: GRPOSetup) -> dict[str, Any]:
         }
         s.logger.log(metrics, step=done, prefix="train")
         s.logger.log(timing, step=done, prefix="timing")
-        if summary["validation"] and summary["validation"][-1][0] == done:
-            s.logger.log({"accuracy": summary["validation"][-1][1]}, step=done, prefix="validation")
-            s.logger.print(f"step {done}: validation accuracy {summary['validation'][-1][1]:.3f}")
+        if summary.validation and summary.validation[-1][0] == done:
+            s.logger.log(summary.validation[-1][1], step=done, prefix="validation")
+            s.logger.print(f"step {done}: validation accuracy {accuracy:.3f}")
         s.logger.progress(done, metrics["reward_mean"], metrics["loss"], step_time)
-        summary["rewards"].append(metrics["reward_mean"])
+        summary.add({"reward": metrics["reward_mean"]})
     return summary
 
 
@@ -377,21 +325,11 @@ def grpo_train(s: GRPOSetup) -> dict[str, Any]:
 
 def validate(s: GRPOSetup, iteration: int) -> float:
     """Returns greedy exact-match accuracy on the held-out problems (one ``rl.grpo.evaluate`` span)."""
-    tok, problems = s.tokenizer, s.val_problems
+    problems = s.task.val
     with s.timer.span(
         "rl.grpo.evaluate", **{"rl.iteration": iteration, "rl.eval.num_samples": len(problems)}
     ) as span:
-        input_ids, attention_mask = left_pad(
-            [tok.encode(p.prompt, add_bos=True) for p in problems], tok.pad_token_id
-        )
-        out = ray.get(call(s.generation.generate, input_ids, attention_mask, greedy=True))
-        responses = _decode_responses(tok, out, input_ids.shape[1])
-        stopped = out["stopped"].tolist()
-        correct = sum(
-            s.env.is_correct(r, p.answer, st)
-            for r, p, st in zip(responses, problems, stopped, strict=True)
-        )
-        accuracy = correct / len(problems)
+        accuracy = exact_match(s.generation, s.task, problems)
         annotate(span, **{"rl.eval.accuracy": accuracy})
     return accuracy
 
@@ -406,38 +344,23 @@ def save_checkpoint(s: GRPOSetup, iteration: int) -> str:
         "rl.grpo.checkpoint",
         **{"rl.iteration": iteration, "rl.checkpoint.path": final, "rl.checkpoint.step": done},
     ):
-        tmp = s.checkpoints.begin(done)
-        ray.get(call(s.policy.save_checkpoint, tmp))
-        trainer_state = {"step": done, "data": s.train_data.state_dict(), "rng": get_rng_state()}
-        return s.checkpoints.finish(tmp, done, trainer_state)
+        return write_checkpoint(
+            s.checkpoints, done, {"policy": s.policy}, s.train_data.state_dict()
+        )
 
 
 def load_checkpoint(s: GRPOSetup, path: str) -> None:
     """Restores the checkpoint at ``path`` into the workers, the data iterator and the RNG, and
     sends the restored weights to the generation worker; sets ``s.start_step``."""
-    state = CheckpointManager.load_trainer_state(path)
+    step = CheckpointManager.load_trainer_state(path)["step"]
     with s.timer.span(
-        "rl.grpo.load_checkpoint",
-        **{"rl.checkpoint.path": path, "rl.checkpoint.step": state["step"]},
+        "rl.grpo.load_checkpoint", **{"rl.checkpoint.path": path, "rl.checkpoint.step": step}
     ):
-        ray.get(call(s.policy.load_checkpoint, path))
+        state = read_checkpoint(path, {"policy": s.policy})
         ray.get(call(s.generation.update_weights, call(s.policy.state_dict)))
         s.train_data.load_state_dict(state["data"])
-        set_rng_state(state["rng"])
         s.start_step = int(state["step"])
 
 
 def _step_seed(cfg: MasterConfig, step: int) -> int:
     return cfg.grpo.seed * 1_000_003 + step
-
-
-def _decode_responses(tok: CharTokenizer, out: GenerationOutput, prompt_len: int) -> list[str]:
-    return [tok.decode(row) for row in out["output_ids"][:, prompt_len:].tolist()]
-
-
-def _num_micro_batches(cfg: PolicyConfig, batch_size: int) -> int:
-    per_pass = 0
-    for start in range(0, batch_size, cfg.train_global_batch_size):
-        mini = min(cfg.train_global_batch_size, batch_size - start)
-        per_pass += -(-mini // cfg.train_micro_batch_size)
-    return per_pass * cfg.train_passes

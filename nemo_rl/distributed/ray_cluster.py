@@ -40,6 +40,9 @@ def init_ray(num_cpus: int = 4, address: str | None = None) -> dict[str, Any]:
             ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
         else:
             ray.init(
+                # "local" starts a new cluster even when `ray start` left one on this machine,
+                # which a plain ray.init() would join (and then refuse num_cpus).
+                address="local",
                 num_cpus=num_cpus,
                 include_dashboard=False,
                 _node_ip_address="127.0.0.1",

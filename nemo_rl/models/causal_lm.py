@@ -1,4 +1,5 @@
-"""The tiny causal LM (a randomly initialised Llama) and the log-probability helper every worker shares."""
+"""The tiny models: a causal LM (a randomly initialised Llama), the same trunk with a scalar head
+(reward and value models), and the log-probability helper every worker shares."""
 
 from __future__ import annotations
 
@@ -7,12 +8,15 @@ import inspect
 import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, LlamaModel
 
 __all__ = [
     "CACHE_KWARG",
     "ModelConfig",
+    "ScalarHeadModel",
     "build_causal_lm",
+    "build_scalar_model",
+    "last_token_values",
     "position_ids_from_mask",
     "token_logprobs",
 ]
@@ -43,9 +47,8 @@ class ModelConfig(BaseModel):
     """Longest prompt plus response."""
 
 
-def build_causal_lm(cfg: ModelConfig, vocab_size: int, seed: int) -> LlamaForCausalLM:
-    """Returns a ``LlamaForCausalLM`` with weights drawn from ``torch.manual_seed(seed)``."""
-    config = LlamaConfig(
+def _llama_config(cfg: ModelConfig, vocab_size: int) -> LlamaConfig:
+    return LlamaConfig(
         vocab_size=vocab_size,
         hidden_size=cfg.hidden_size,
         intermediate_size=cfg.intermediate_size,
@@ -59,11 +62,49 @@ def build_causal_lm(cfg: ModelConfig, vocab_size: int, seed: int) -> LlamaForCau
         tie_word_embeddings=False,
         attn_implementation="eager",
     )
+
+
+def build_causal_lm(cfg: ModelConfig, vocab_size: int, seed: int) -> LlamaForCausalLM:
+    """Returns a ``LlamaForCausalLM`` with weights drawn from ``torch.manual_seed(seed)``."""
     # Seed only the construction, and restore the caller's RNG so building a model has no side effect.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = LlamaForCausalLM(config)
-    return model
+        return LlamaForCausalLM(_llama_config(cfg, vocab_size))
+
+
+class ScalarHeadModel(torch.nn.Module):
+    """The Llama trunk with a linear head giving one scalar per token: ``forward(ids, mask) -> [B, T]``.
+
+    A reward model reads the value at the last attended token (:func:`last_token_values`); a
+    value model (PPO's critic) reads every position.
+    """
+
+    def __init__(self, config: LlamaConfig) -> None:
+        super().__init__()
+        self.trunk = LlamaModel(config)
+        self.head = torch.nn.Linear(config.hidden_size, 1)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        hidden = self.trunk(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids_from_mask(attention_mask),
+        ).last_hidden_state
+        return self.head(hidden.float()).squeeze(-1)
+
+
+def build_scalar_model(cfg: ModelConfig, vocab_size: int, seed: int) -> ScalarHeadModel:
+    """Returns a :class:`ScalarHeadModel` with weights drawn from ``torch.manual_seed(seed)``."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return ScalarHeadModel(_llama_config(cfg, vocab_size))
+
+
+def last_token_values(values: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Returns ``[B]``: each row's value at its last attended token (works with left or right padding)."""
+    positions = torch.arange(attention_mask.shape[1], device=attention_mask.device)
+    last = (positions * attention_mask.long()).argmax(-1)
+    return values.gather(-1, last[:, None]).squeeze(-1)
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:

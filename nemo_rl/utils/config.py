@@ -9,9 +9,11 @@ Errors name the full key and offer the closest valid one:
 from __future__ import annotations
 
 import difflib
+import os
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
+import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from pydantic import BaseModel, ValidationError
@@ -35,16 +37,42 @@ def load_config(path: str | None, overrides: Sequence[str], model: type[M]) -> M
     Each override is ``dotted.key=value`` (values parsed as YAML: ``20``, ``true``, ``[a, b]``).
     Raises ``ConfigError`` for a malformed override or any invalid or unknown key.
     """
-    base = OmegaConf.load(path) if path else OmegaConf.create({})
+    base = _read_yaml(path) if path else OmegaConf.create({})
     bad = [o for o in overrides if "=" not in o]
     if bad:
         raise ConfigError([f"{o}: an override must look like key=value" for o in bad])
     try:
         merged = OmegaConf.merge(base, OmegaConf.from_dotlist(list(overrides)))
+        data = OmegaConf.to_container(merged, resolve=True)
     except OmegaConfBaseException as e:
-        raise ConfigError([str(e)]) from None
-    data = OmegaConf.to_container(merged, resolve=True)
+        key = getattr(e, "full_key", None)
+        message = str(e).splitlines()[0]
+        raise ConfigError([f"{key}: {message}" if key else message]) from None
     return validate_config(data, model)
+
+
+def _read_yaml(path: str) -> Any:
+    if not os.path.isfile(path):
+        raise ConfigError([f"{path}: no such config file (give --config the path of a YAML file)"])
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else path
+        raise ConfigError([f"{where}: invalid YAML: {e.problem or e.context}"]) from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise ConfigError([f"{path}: cannot read the config: {e}"]) from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(
+            [f"{path}: a run config is a mapping of sections, not {type(data).__name__}"]
+        )
+    try:
+        return OmegaConf.create(data)
+    except OmegaConfBaseException as e:
+        raise ConfigError([f"{path}: {str(e).splitlines()[0]}"]) from None
 
 
 def validate_config(data: Any, model: type[M]) -> M:

@@ -35,7 +35,9 @@ class Logger:
     ``nemo_rl.telemetry.record_metrics``, which maps logger keys to the registry's instruments.
     """
 
-    def __init__(self, cfg: LoggerConfig, total_steps: int, initial_step: int = 0) -> None:
+    def __init__(
+        self, cfg: LoggerConfig, total_steps: int, initial_step: int = 0, desc: str = "train"
+    ) -> None:
         os.makedirs(cfg.log_dir, exist_ok=True)
         self.path = os.path.join(cfg.log_dir, "metrics.jsonl")
         self._file = open(self.path, "a", encoding="utf-8")
@@ -43,7 +45,7 @@ class Logger:
             tqdm(
                 total=total_steps,
                 initial=initial_step,
-                desc="grpo",
+                desc=desc,
                 file=sys.stderr,
                 dynamic_ncols=True,
             )

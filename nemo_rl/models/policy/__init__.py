@@ -1,5 +1,5 @@
-"""The policy worker: trains the policy, scores log-probs, holds the frozen reference."""
+"""The policy worker: trains a model with the loss its algorithm gives it, scores log-probs and values."""
 
-from nemo_rl.models.policy.worker import PolicyConfig, PolicyWorker
+from nemo_rl.models.policy.worker import LossFunction, PolicyConfig, PolicyWorker
 
-__all__ = ["PolicyConfig", "PolicyWorker"]
+__all__ = ["LossFunction", "PolicyConfig", "PolicyWorker"]

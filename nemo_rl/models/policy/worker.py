@@ -1,24 +1,58 @@
-"""The policy worker (a Ray actor): clipped-PG training, log-probs, weights and checkpoints."""
+"""The policy worker (a Ray actor): trains a model with the loss it is given, scores log-probs,
+and holds weights and checkpoints.
+
+The worker knows no algorithm. Each algorithm hands it a :class:`LossFunction` (see
+``nemo_rl.algorithms.loss_functions``): which batch keys it needs, what count its sums are
+averaged over (response tokens, pairs, sequences), and ``(loss_sum, stat_sums)`` for a
+micro-batch. The worker accumulates gradients over micro-batches, steps the optimiser, and
+returns the loss and every statistic the loss reported, averaged over that count.
+"""
 
 from __future__ import annotations
 
 import copy
 import os
-from typing import Any
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 import spanspec
-from nemo_rl.algorithms.loss_functions import ClippedPGLossConfig, clipped_pg_loss
 from nemo_rl.distributed import carries_trace, close_worker, init_worker
-from nemo_rl.models.causal_lm import ModelConfig, build_causal_lm, token_logprobs
+from nemo_rl.models.causal_lm import (
+    ModelConfig,
+    build_causal_lm,
+    build_scalar_model,
+    token_logprobs,
+)
 
-__all__ = ["PolicyConfig", "PolicyWorker"]
+__all__ = ["LossFunction", "PolicyConfig", "PolicyWorker"]
+
+Batch = dict[str, torch.Tensor]
+
+
+@runtime_checkable
+class LossFunction(Protocol):
+    """What an algorithm gives the worker to train with (picklable: it travels to the actor).
+
+    Every tensor of a batch has the sequences (or pairs) on its first dimension; the worker
+    slices all of them alike into mini- and micro-batches.
+    """
+
+    required_keys: frozenset[str]
+    """Batch keys the loss reads; the worker checks them before training."""
+
+    def normalizer(self, batch: Batch) -> torch.Tensor:
+        """Returns the count the loss is averaged over in ``batch`` (tokens, pairs, ...)."""
+        ...
+
+    def __call__(self, model: torch.nn.Module, batch: Batch) -> tuple[torch.Tensor, Batch]:
+        """Returns ``(loss_sum, stats)``: sums over ``batch``; ``stats`` values are detached sums."""
+        ...
 
 
 class PolicyConfig(BaseModel):
-    """The trained model and how it is optimised."""
+    """The trained model and how it is optimised (the loss belongs to the algorithm's config)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -26,100 +60,108 @@ class PolicyConfig(BaseModel):
     """Name reported in spans and metrics (``rl.model``, ``gen_ai.request.model``)."""
     model: ModelConfig = Field(default_factory=ModelConfig)
     """Shape of the tiny Llama."""
-    lr: float = 1e-3
+    head: Literal["lm", "scalar"] = "lm"
+    """``lm``: next-token logits (a policy); ``scalar``: one value per token (reward or value model)."""
+    lr: float = Field(1e-3, gt=0.0)
     """AdamW learning rate (after warm-up)."""
-    warmup_steps: int = 0
+    warmup_steps: int = Field(0, ge=0)
     """Optimiser steps of linear learning-rate warm-up."""
-    weight_decay: float = 0.0
+    weight_decay: float = Field(0.0, ge=0.0)
     """AdamW weight decay."""
-    max_grad_norm: float = 1.0
+    max_grad_norm: float = Field(1.0, gt=0.0)
     """Gradients are clipped to this global norm."""
-    train_global_batch_size: int = 64
+    train_global_batch_size: int = Field(64, ge=1)
     """Sequences per optimiser step; a step's batch larger than this takes several steps."""
-    train_micro_batch_size: int = 64
+    train_micro_batch_size: int = Field(64, ge=1)
     """Sequences per forward/backward; gradients accumulate over micro-batches."""
-    logprob_batch_size: int = 128
-    """Sequences per forward when scoring log-probs."""
-    train_passes: int = 2
+    logprob_batch_size: int = Field(128, ge=1)
+    """Sequences per forward when scoring log-probs or values."""
+    train_passes: int = Field(2, ge=1)
     """Passes over each step's batch (PPO-style epochs); the ratio clip keeps later passes safe."""
-    loss: ClippedPGLossConfig = Field(default_factory=ClippedPGLossConfig)
-    """Coefficients of the clipped policy-gradient loss."""
+    checkpoint: str | None = None
+    """Start from these weights instead of random ones: a ``policy.pt``, or a run's ``step_<n>/`` folder."""
 
 
 class PolicyWorker:
-    """Holds the policy, its optimiser and a frozen reference copy; every method is one request."""
+    """Holds a model, its optimiser and (optionally) a frozen reference copy; every method is one request."""
 
     def __init__(
         self,
         cfg: PolicyConfig,
         vocab_size: int,
         seed: int,
+        loss_fn: LossFunction | None = None,
         temperature: float = 1.0,
         rank: int = 0,
         world_size: int = 1,
+        group: str = "policy",
+        reference: bool = True,
     ) -> None:
-        init_worker(rank, world_size, "policy")
+        init_worker(rank, world_size, group)
         self.cfg = cfg
         self.rank = rank
+        self.loss_fn = loss_fn
         self.temperature = temperature
-        self.model = build_causal_lm(cfg.model, vocab_size, seed)
-        # The reference is the policy as it starts; frozen, it anchors the KL term.
-        self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
+        build = build_causal_lm if cfg.head == "lm" else build_scalar_model
+        self.model = build(cfg.model, vocab_size, seed)
+        if cfg.checkpoint:
+            self.model.load_state_dict(_read_checkpoint(cfg.checkpoint)["model"])
+        # The reference is the model as it starts; frozen, it anchors a KL term or a DPO margin.
+        self.reference = (
+            copy.deepcopy(self.model).eval().requires_grad_(False) if reference else None
+        )
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.99)
         )
-        warmup = max(cfg.warmup_steps, 0)
+        warmup = cfg.warmup_steps
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda i: min(1.0, (i + 1) / warmup) if warmup else 1.0
         )
 
     @carries_trace
-    def train(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+    def train(self, batch: Batch, loss_fn: LossFunction | None = None) -> dict[str, float]:
         """Runs ``train_passes`` passes over ``batch`` in optimiser steps of ``train_global_batch_size``.
 
-        ``batch`` holds ``input_ids``, ``attention_mask``, ``response_mask``, ``advantages``,
-        ``prev_logprobs`` and ``ref_logprobs``. Returns the token-mean ``loss``, ``pg_loss``,
-        ``kl``, ``clip_fraction``, the mean pre-clip ``grad_norm``, the ``lr`` used and
-        ``num_tokens``. Raises ``ValueError`` if a batch key is missing.
+        Trains with ``loss_fn`` (default: the one given at construction). Returns ``loss`` and
+        each statistic the loss reported, averaged over the loss's normalizer; the mean pre-clip
+        ``grad_norm``, the ``lr`` used, ``num_tokens`` (attended tokens, when the batch has an
+        ``attention_mask``) and ``num_optimizer_steps``. Raises ``ValueError`` if the loss's
+        batch keys are missing or no loss was given.
         """
-        missing = {
-            "input_ids",
-            "attention_mask",
-            "response_mask",
-            "advantages",
-            "prev_logprobs",
-            "ref_logprobs",
-        } - batch.keys()
+        loss_fn = loss_fn or self.loss_fn
+        if loss_fn is None:
+            raise ValueError("no loss function: pass one to PolicyWorker(...) or train(...)")
+        missing = loss_fn.required_keys - batch.keys()
         if missing:
             raise ValueError(f"train batch is missing {sorted(missing)}")
         self.model.train()
-        size = batch["input_ids"].shape[0]
+        size = next(iter(batch.values())).shape[0]
         gbs, mbs = self.cfg.train_global_batch_size, self.cfg.train_micro_batch_size
-        totals = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clipped": 0.0, "tokens": 0.0}
+        sums: dict[str, float] = {"loss": 0.0}
+        count = 0.0
         grad_norms, lrs = [], []
         micro = 0
         starts = [s for _ in range(self.cfg.train_passes) for s in range(0, size, gbs)]
         for start in starts:
             mini = {k: v[start : start + gbs] for k, v in batch.items()}
-            # Token-mean over the whole mini-batch, so the micro-batch split does not change it.
-            n_tokens = float(mini["response_mask"].sum().clamp(min=1))
-            for m_start in range(0, mini["input_ids"].shape[0], mbs):
+            # Mean over the whole mini-batch, so the micro-batch split does not change the loss.
+            mini_count = float(loss_fn.normalizer(mini).clamp(min=1))
+            for m_start in range(0, len(next(iter(mini.values()))), mbs):
                 mb = {k: v[m_start : m_start + mbs] for k, v in mini.items()}
                 with spanspec.span(
                     "rl.worker.train_microbatch",
                     **{
                         "rl.micro_batch": micro,
-                        "rl.batch_size": mb["input_ids"].shape[0],
+                        "rl.batch_size": len(next(iter(mb.values()))),
                         "rl.worker.rank": self.rank,
                     },
                 ):
-                    loss, stats = self._micro_batch_loss(mb)
-                    (loss / n_tokens).backward()
-                totals["loss"] += float(loss.detach())
-                totals["pg_loss"] += float(stats["pg_loss_sum"])
-                totals["kl"] += float(stats["kl_sum"])
-                totals["clipped"] += float(stats["clipped_tokens"])
-                totals["tokens"] += float(mb["response_mask"].sum())
+                    loss, stats = loss_fn(self.model, mb)
+                    (loss / mini_count).backward()
+                sums["loss"] += float(loss.detach())
+                for key, value in stats.items():
+                    sums[key] = sums.get(key, 0.0) + float(value)
+                count += float(loss_fn.normalizer(mb))
                 micro += 1
             with spanspec.span("rl.worker.optimizer_step", **{"rl.worker.rank": self.rank}):
                 grad_norm = torch.nn.utils.clip_grad_norm_(
@@ -130,50 +172,47 @@ class PolicyWorker:
                 self.scheduler.step()
                 self.optimizer.zero_grad(set_to_none=True)
             grad_norms.append(float(grad_norm))
-        tokens = max(totals["tokens"], 1.0)
-        return {
-            "loss": totals["loss"] / tokens,
-            "pg_loss": totals["pg_loss"] / tokens,
-            "kl": totals["kl"] / tokens,
-            "clip_fraction": totals["clipped"] / tokens,
-            "grad_norm": sum(grad_norms) / len(grad_norms),
-            "lr": lrs[-1],
-            "num_tokens": float(batch["attention_mask"].sum()),
-            "num_optimizer_steps": float(len(grad_norms)),
-        }
-
-    def _micro_batch_loss(
-        self, mb: dict[str, torch.Tensor]
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        logprobs = token_logprobs(
-            self.model, mb["input_ids"], mb["attention_mask"], self.temperature
+        count = max(count, 1.0)
+        result = {key: value / count for key, value in sums.items()}
+        result.update(
+            grad_norm=sum(grad_norms) / len(grad_norms),
+            lr=lrs[-1],
+            num_optimizer_steps=float(len(grad_norms)),
         )
-        return clipped_pg_loss(
-            logprobs,
-            mb["prev_logprobs"],
-            mb["ref_logprobs"],
-            mb["advantages"],
-            mb["response_mask"],
-            self.cfg.loss,
-        )
+        if "attention_mask" in batch:
+            result["num_tokens"] = float(batch["attention_mask"].sum())
+        return result
 
     @carries_trace
     @torch.no_grad()
-    def get_logprobs(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Returns ``[B, T]`` log-probs of ``batch["input_ids"]`` under the current policy (0 at column 0)."""
+    def get_logprobs(self, batch: Batch) -> torch.Tensor:
+        """Returns ``[B, T]`` log-probs of ``batch["input_ids"]`` under the current model (0 at column 0)."""
         self.model.eval()
-        return self._logprobs(self.model, batch, "policy")
+        return self._score(self.model, batch, "policy")
 
     @carries_trace
     @torch.no_grad()
-    def get_reference_logprobs(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Returns ``[B, T]`` log-probs of ``batch["input_ids"]`` under the frozen reference policy."""
-        return self._logprobs(self.reference, batch, "reference")
+    def get_reference_logprobs(self, batch: Batch) -> torch.Tensor:
+        """Returns ``[B, T]`` log-probs of ``batch["input_ids"]`` under the frozen reference.
 
-    def _logprobs(
-        self, model: torch.nn.Module, batch: dict[str, torch.Tensor], group: str
-    ) -> torch.Tensor:
+        Raises ``ValueError`` if the worker was made with ``reference=False``.
+        """
+        if self.reference is None:
+            raise ValueError("this worker keeps no reference model (reference=False)")
+        return self._score(self.reference, batch, "reference")
+
+    @carries_trace
+    @torch.no_grad()
+    def get_values(self, batch: Batch) -> torch.Tensor:
+        """Returns ``[B, T]`` per-token scalars of a ``head: scalar`` model (a value or reward model)."""
+        self.model.eval()
+        return self._score(self.model, batch, "value")
+
+    def _score(self, model: torch.nn.Module, batch: Batch, group: str) -> torch.Tensor:
         ids, mask = batch["input_ids"], batch["attention_mask"]
+        scalar = self.cfg.head == "scalar"
+        if scalar != (group == "value"):
+            raise ValueError(f"a head={self.cfg.head!r} model cannot give {group} scores")
         with spanspec.span(
             "rl.worker.logprob",
             **{
@@ -184,14 +223,16 @@ class PolicyWorker:
         ):
             step = self.cfg.logprob_batch_size
             chunks = [
-                token_logprobs(model, ids[i : i + step], mask[i : i + step], self.temperature)
+                model(ids[i : i + step], mask[i : i + step])
+                if scalar
+                else token_logprobs(model, ids[i : i + step], mask[i : i + step], self.temperature)
                 for i in range(0, ids.shape[0], step)
             ]
         return torch.cat(chunks)
 
     @carries_trace
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """Returns a detached CPU copy of the policy weights, for the generation workers."""
+        """Returns a detached CPU copy of the model weights, for the generation workers."""
         return {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
 
     @carries_trace
@@ -212,17 +253,25 @@ class PolicyWorker:
     @carries_trace
     def load_checkpoint(self, path: str) -> None:
         """Restores the state written by ``save_checkpoint(path)``; raises ``FileNotFoundError`` if absent."""
-        state: dict[str, Any] = torch.load(os.path.join(path, "policy.pt"), weights_only=True)
+        state = _read_checkpoint(path)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
 
     @carries_trace
     def save_pretrained(self, path: str) -> str:
-        """Writes the policy as a Hugging Face folder (config + safetensors) for vLLM; returns ``path``."""
+        """Writes an ``lm`` model as a Hugging Face folder (config + safetensors) for vLLM; returns ``path``."""
         self.model.save_pretrained(path)
         return path
 
     def close(self) -> None:
         """Flushes this worker's telemetry; call before the actor is killed."""
         close_worker()
+
+
+def _read_checkpoint(path: str) -> dict[str, Any]:
+    # A policy.pt, the worker folder holding one, or a run's step_<n>/ folder (policy/policy.pt).
+    for file in (path, os.path.join(path, "policy.pt"), os.path.join(path, "policy", "policy.pt")):
+        if os.path.isfile(file):
+            return torch.load(file, weights_only=True)
+    raise FileNotFoundError(f"{path}: no policy.pt there (nor in {path}/policy/)")

@@ -22,9 +22,13 @@ def _config(log_dir: Path, *overrides: str) -> MasterConfig:
 def _run(cfg: MasterConfig) -> dict:
     s = setup(cfg)
     try:
-        summary = grpo_train(s)
-        summary["start_step"] = s.start_step
-        summary["data"] = s.train_data.state_dict()
+        result = grpo_train(s)
+        summary = {
+            "rewards": result.curves.get("reward", []),
+            "validation": [(step, m["accuracy"]) for step, m in result.validation],
+            "start_step": s.start_step,
+            "data": s.train_data.state_dict(),
+        }
     finally:
         teardown(s)
     return summary

@@ -63,5 +63,5 @@ def test_kl_term_enters_the_loss_with_its_weight_and_respects_the_mask():
     mask = torch.tensor([[1, 0]])
     loss, stats = clipped_pg_loss(logp, logp, ref, torch.zeros(1), mask, cfg)
     expected_kl = float(kl_penalty(logp[0, 0], ref[0, 0]))
-    assert math.isclose(float(stats["kl_sum"]), expected_kl, rel_tol=1e-6)
+    assert math.isclose(float(stats["kl"]), expected_kl, rel_tol=1e-6)
     assert math.isclose(float(loss), 0.5 * expected_kl, rel_tol=1e-6)

@@ -25,9 +25,9 @@ def test_unknown_key_is_named_with_the_closest_valid_one():
 
 def test_unknown_nested_key_and_bad_type_are_both_reported():
     with pytest.raises(ConfigError) as e:
-        load_config(None, ["policy.loss.ratio_clip=0.1", "grpo.max_steps=lots"], MasterConfig)
+        load_config(None, ["grpo.loss.ratio_clip=0.1", "grpo.max_steps=lots"], MasterConfig)
     problems = "\n".join(e.value.problems)
-    assert "policy.loss.ratio_clip: unknown key (did you mean ratio_clip_min?)" in problems
+    assert "grpo.loss.ratio_clip: unknown key (did you mean ratio_clip_min?)" in problems
     assert "grpo.max_steps:" in problems and "'lots'" in problems
 
 

@@ -1,0 +1,298 @@
+"""What every loop shares: the Ray and task config blocks, starting and stopping workers,
+checkpoint files, exact-match evaluation, and the run summary.
+
+The phases themselves stay in each loop as literal ``with timer.span("rl.<algo>.<phase>")``
+blocks (so the code scan sees which loop emits which span); what runs inside them is here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from nemo_rl.data import CharTokenizer, left_pad
+from nemo_rl.distributed import call, spawn_actor
+from nemo_rl.environments import ArithmeticEnvironment, Problem, make_problems
+from nemo_rl.models.causal_lm import ModelConfig
+from nemo_rl.models.generation.interface import GenerationConfig, GenerationOutput
+from nemo_rl.models.generation.torch_backend import TorchGeneration
+from nemo_rl.models.policy import LossFunction, PolicyConfig, PolicyWorker
+from nemo_rl.utils.checkpoint import (
+    CheckpointConfig,
+    CheckpointManager,
+    get_rng_state,
+    set_rng_state,
+)
+from nemo_rl.utils.logger import LoggerConfig
+
+__all__ = [
+    "ClusterConfig",
+    "EnvConfig",
+    "RunSummary",
+    "Task",
+    "checkpoint_manager",
+    "decode_responses",
+    "encode_prompts",
+    "exact_match",
+    "make_task",
+    "num_micro_batches",
+    "read_checkpoint",
+    "score_responses",
+    "spawn_generation",
+    "spawn_policy",
+    "stop_workers",
+    "wait_ready",
+    "write_checkpoint",
+]
+
+
+# -- config blocks every loop has -----------------------------------------------------------------
+
+
+class EnvConfig(BaseModel):
+    """The arithmetic task (see ``nemo_rl.environments.arithmetic``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_first: int = Field(99, ge=1)
+    """Largest first operand."""
+    max_second: int = Field(9, ge=1)
+    """Largest second operand."""
+    carry: bool = False
+    """Keep problems whose addition carries (much harder for a tiny policy)."""
+    val_fraction: float = Field(0.2, gt=0.0, lt=1.0)
+    """Share of the problems held out for validation."""
+
+
+class ClusterConfig(BaseModel):
+    """Ray."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    address: str | None = None
+    """Ray cluster to join; None starts a local one (``$RAY_ADDRESS`` also joins)."""
+    num_cpus: int = Field(4, ge=1)
+    """Logical CPUs of a local cluster."""
+    worker_num_cpus: float = Field(1.0, gt=0.0)
+    """CPUs each worker actor asks for (also its torch thread count)."""
+
+
+# -- the task -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Task:
+    """The tokenizer, the environment and the train / held-out problems of a run."""
+
+    tokenizer: CharTokenizer
+    env: ArithmeticEnvironment
+    train: list[Problem]
+    val: list[Problem]
+
+
+def make_task(env: EnvConfig, seed: int) -> Task:
+    """Returns the arithmetic task split by ``seed``; the same seed gives the same split."""
+    train, val = make_problems(seed, env.max_first, env.max_second, env.carry, env.val_fraction)
+    return Task(CharTokenizer(), ArithmeticEnvironment(), train, val)
+
+
+def decode_responses(tok: CharTokenizer, out: GenerationOutput, prompt_len: int) -> list[str]:
+    """Returns the text of each generated response (the tokens after the prompt)."""
+    return [tok.decode(row) for row in out["output_ids"][:, prompt_len:].tolist()]
+
+
+def encode_prompts(task: Task, problems: Sequence[Problem]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Returns the left-padded ``(input_ids, attention_mask)`` of the problems' prompts."""
+    tok = task.tokenizer
+    return left_pad([tok.encode(p.prompt, add_bos=True) for p in problems], tok.pad_token_id)
+
+
+def score_responses(
+    task: Task, out: GenerationOutput, problems: Sequence[Problem], prompt_len: int
+) -> tuple[torch.Tensor, float]:
+    """Returns the environment's reward of each response (``[B]``) and the exact-match share."""
+    responses = decode_responses(task.tokenizer, out, prompt_len)
+    stopped = out["stopped"].tolist()
+    answers = [p.answer for p in problems]
+    rewards = torch.tensor(task.env.step(responses, answers, stopped), dtype=torch.float32)
+    exact = sum(
+        task.env.is_correct(r, a, st) for r, a, st in zip(responses, answers, stopped, strict=True)
+    )
+    return rewards, exact / len(problems)
+
+
+def exact_match(generation: Any, task: Task, problems: Sequence[Problem]) -> float:
+    """Returns the share of ``problems`` the ``generation`` actor answers right, greedily."""
+    input_ids, attention_mask = encode_prompts(task, problems)
+    out = ray.get(call(generation.generate, input_ids, attention_mask, greedy=True))
+    return score_responses(task, out, problems, input_ids.shape[1])[1]
+
+
+# -- workers --------------------------------------------------------------------------------------
+
+
+def spawn_policy(
+    cfg: PolicyConfig,
+    cluster: ClusterConfig,
+    vocab_size: int,
+    seed: int,
+    loss_fn: LossFunction | None,
+    temperature: float = 1.0,
+    group: str = "policy",
+    reference: bool = True,
+) -> Any:
+    """Returns the handle of a ``PolicyWorker`` actor training with ``loss_fn`` (Ray must be up)."""
+    return spawn_actor(
+        PolicyWorker,
+        cfg,
+        vocab_size,
+        seed,
+        loss_fn,
+        temperature=temperature,
+        group=group,
+        reference=reference,
+        num_cpus=cluster.worker_num_cpus,
+    )
+
+
+def spawn_generation(
+    generation: GenerationConfig,
+    model: ModelConfig,
+    model_name: str,
+    cluster: ClusterConfig,
+    tokenizer: CharTokenizer,
+    seed: int,
+    policy: Any,
+    log_dir: str,
+) -> Any:
+    """Returns the handle of a generation actor that starts with the weights of ``policy``.
+
+    The torch backend builds its model from the same seed as the policy (identical weights);
+    the vLLM backend loads the policy saved as a Hugging Face folder under ``log_dir``.
+    """
+    if generation.backend == "vllm":
+        from nemo_rl.models.generation.vllm_backend import VllmGeneration, vllm_num_gpus
+
+        model_dir = os.path.abspath(os.path.join(log_dir, "hf_policy"))
+        ray.get(call(policy.save_pretrained, model_dir))
+        return spawn_actor(
+            VllmGeneration,
+            model_dir,
+            model_name,
+            generation,
+            tokenizer,
+            seed,
+            num_cpus=cluster.worker_num_cpus,
+            num_gpus=vllm_num_gpus(),
+        )
+    return spawn_actor(
+        TorchGeneration,
+        model,
+        model_name,
+        generation,
+        tokenizer.vocab_size,
+        tokenizer.eos_token_id,
+        tokenizer.pad_token_id,
+        seed,
+        num_cpus=cluster.worker_num_cpus,
+    )
+
+
+def wait_ready(*actors: Any) -> None:
+    """Returns once every actor has started (raises what a failed constructor raised)."""
+    ray.get([a.__ray_ready__.remote() for a in actors])
+
+
+def stop_workers(*actors: Any) -> None:
+    """Flushes the actors' telemetry and stops them; an actor that already died is skipped."""
+    live = [a for a in actors if a is not None]
+    for a, ref in [(a, a.close.remote()) for a in live]:
+        try:
+            ray.get(ref, timeout=30)
+        except Exception:  # a dead worker has nothing left to flush; the run already failed
+            pass
+        ray.kill(a)
+
+
+def num_micro_batches(cfg: PolicyConfig, batch_size: int) -> int:
+    """Returns how many micro-batches ``PolicyWorker.train`` runs for ``batch_size`` sequences."""
+    per_pass = 0
+    for start in range(0, batch_size, cfg.train_global_batch_size):
+        mini = min(cfg.train_global_batch_size, batch_size - start)
+        per_pass += -(-mini // cfg.train_micro_batch_size)
+    return per_pass * cfg.train_passes
+
+
+# -- checkpoints ----------------------------------------------------------------------------------
+
+
+def checkpoint_manager(
+    checkpointing: CheckpointConfig, logger: LoggerConfig
+) -> CheckpointManager | None:
+    """Returns the run's checkpoint manager, or None when checkpointing is off."""
+    if not checkpointing.enabled:
+        return None
+    root = checkpointing.checkpoint_dir or os.path.join(logger.log_dir, "checkpoints")
+    return CheckpointManager(root, keep=checkpointing.keep)
+
+
+def write_checkpoint(
+    checkpoints: CheckpointManager, done: int, workers: dict[str, Any], data: dict[str, Any]
+) -> str:
+    """Writes checkpoint ``step_<done>``: each worker's state in ``<name>/``, the data position
+    and the driver's RNG; returns its folder."""
+    tmp = checkpoints.begin(done)
+    ray.get([call(w.save_checkpoint, os.path.join(tmp, name)) for name, w in workers.items()])
+    trainer_state = {"step": done, "data": data, "rng": get_rng_state()}
+    return checkpoints.finish(tmp, done, trainer_state)
+
+
+def read_checkpoint(path: str, workers: dict[str, Any]) -> dict[str, Any]:
+    """Restores each worker from ``path/<name>/`` and the driver's RNG; returns the trainer state
+    (``step``, ``data``)."""
+    state = CheckpointManager.load_trainer_state(path)
+    ray.get([call(w.load_checkpoint, os.path.join(path, name)) for name, w in workers.items()])
+    set_rng_state(state["rng"])
+    return state
+
+
+# -- the run summary ------------------------------------------------------------------------------
+
+
+@dataclass
+class RunSummary:
+    """What a loop returns; the entry script prints it.
+
+    ``curves`` holds per-step values of the run's headline training metrics (``reward`` for
+    GRPO, ``loss`` for SFT, ...); ``validation`` one ``(step, {metric: value})`` per evaluation.
+    """
+
+    curves: dict[str, list[float]] = field(default_factory=dict)
+    validation: list[tuple[int, dict[str, float]]] = field(default_factory=list)
+    start_step: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def add(self, step_values: dict[str, float]) -> None:
+        """Appends one step's value of each headline metric."""
+        for key, value in step_values.items():
+            self.curves.setdefault(key, []).append(float(value))
+
+    def lines(self) -> list[str]:
+        """Returns the summary as the lines the entry script prints."""
+        out = []
+        for key, values in self.curves.items():
+            if values:
+                k = max(1, min(10, len(values) // 4))
+                first, last = sum(values[:k]) / k, sum(values[-k:]) / k
+                out.append(f"mean {key}: first {k} steps {first:.3f} -> last {k} steps {last:.3f}")
+        metrics = list(dict.fromkeys(m for _, vals in self.validation for m in vals))
+        for m in metrics:
+            points = [(st, vals[m]) for st, vals in self.validation if m in vals]
+            out.append(f"validation {m}: " + ", ".join(f"step {st} {v:.3f}" for st, v in points))
+        return out + self.notes
