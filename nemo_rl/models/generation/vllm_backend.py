@@ -168,6 +168,7 @@ class VllmGeneration(GenerationInterface):
     ) -> None:
         init_worker(rank, world_size, "generation")
         cuda = torch.cuda.is_available()
+        os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")  # a training job does not phone home
         if not cuda:
             self._prepare_cpu(gen_cfg)
         import vllm  # lazy: an optional dependency
@@ -189,7 +190,6 @@ class VllmGeneration(GenerationInterface):
         # competing for the cores) and does not pin threads (the policy worker shares the cores).
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
-        os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")  # a training job does not phone home
         threads = cfg.vllm.num_threads or int(os.environ.get("OMP_NUM_THREADS") or 0)
         if threads:
             torch.set_num_threads(threads)
