@@ -5,7 +5,8 @@
 Every case runs interleaved in the same process, best of several rounds, so the ratios hold on a
 shared, noisy machine even when the absolute numbers move. Targets: disabled <= 1.5x the floor,
 enabled <= 1.10x the raw SDK, activation of the whole registry < 50 ms, a 10,000-span
-registry loaded in < 1 s.
+registry loaded in < 1 s. The stall watchdog: a span with a ``max_duration`` next to one
+without (target <= 1.10x), and the watchdog thread's own CPU while spans are open (idle cost).
 """
 
 from __future__ import annotations
@@ -24,8 +25,10 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 import spanspec
+from spanspec import watchdog
 
 NAME = "rl.grpo.rollout"
+BOUNDED = "rl.grpo.generation"  # max_duration: 10m in the shipped registry
 
 
 class _Floor:
@@ -94,12 +97,38 @@ def _huge_load_ms(spans: int) -> float:
     return best * 1e3
 
 
+def _watchdog_idle_cpu(spec, provider, open_spans: int, seconds: float) -> tuple[float, float]:
+    """CPU of the watchdog thread, in µs per second, while ``open_spans`` bounded spans (10m) stay
+    open and nothing else happens; and its poll interval."""
+    import threading
+
+    spanspec.activate(spec, groups="generation", tracer_provider=provider, env_var=None)
+    watchdog.disable()
+    watchdog.enable()
+    blocks = [spanspec.span(BOUNDED) for _ in range(open_spans)]
+    for block in blocks:
+        block.__enter__()
+    (thread,) = [t for t in threading.enumerate() if t.name == "spanspec-watchdog"]
+    clock = time.pthread_getcpuclockid(thread.ident)
+    start_cpu, start = time.clock_gettime(clock), time.perf_counter()
+    time.sleep(seconds)
+    cpu, wall = time.clock_gettime(clock) - start_cpu, time.perf_counter() - start
+    for block in reversed(blocks):
+        block.__exit__(None, None, None)
+    interval = watchdog._interval
+    spanspec.deactivate()
+    return cpu / wall * 1e6, interval
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--number", type=int, default=200_000, help="blocks per timing")
     parser.add_argument("--rounds", type=int, default=7, help="timings per case (best is kept)")
+    parser.add_argument(
+        "--idle-s", type=float, default=3.0, help="seconds the idle watchdog thread is measured"
+    )
     args = parser.parse_args(argv)
 
     spec = spanspec.load()
@@ -116,6 +145,10 @@ def main(argv: list[str] | None = None) -> int:
         with spanspec.span(NAME):
             pass
 
+    def run_bounded() -> None:
+        with spanspec.span(BOUNDED):
+            pass
+
     def run_raw_sdk() -> None:
         with tracer.start_as_current_span(NAME):
             pass
@@ -126,10 +159,14 @@ def main(argv: list[str] | None = None) -> int:
 
     def configure(mode: str) -> None:
         spanspec.deactivate()
+        watchdog.disable()
         if mode == "off":
             spanspec.activate(spec, groups="default", tracer_provider=provider, env_var=None)
-        elif mode == "on":
-            spanspec.activate(spec, groups="rollout", tracer_provider=provider, env_var=None)
+        elif mode in ("on", "bounded", "bounded-unwatched"):
+            groups = "rollout,generation"
+            spanspec.activate(spec, groups=groups, tracer_provider=provider, env_var=None)
+            if mode == "bounded":
+                watchdog.enable()
 
     cases: list[tuple[str, str, Callable[[], None], int]] = [
         ("hand-written context manager (floor)", "none", run_floor, args.number),
@@ -137,6 +174,14 @@ def main(argv: list[str] | None = None) -> int:
         ("spanspec.span, activated, group off", "off", run_spanspec, args.number),
         ("@contextmanager + frozenset gate", "none", run_gate, args.number),
         ("spanspec.span, on (SDK, batch, dropping)", "on", run_spanspec, args.number // 10),
+        ("  same, with max_duration, watchdog on", "bounded", run_bounded, args.number // 10),
+        (
+            "  same, with max_duration, watchdog off",
+            "bounded-unwatched",
+            run_bounded,
+            args.number // 10,
+        ),
+        ("  same, no max_duration, watchdog on", "bounded", run_spanspec, args.number // 10),
         ("raw SDK start_as_current_span", "none", run_raw_sdk, args.number // 10),
     ]
     best = {label: float("inf") for label, *_ in cases}
@@ -145,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
             configure(mode)
             best[label] = min(best[label], _ns_per_block(body, number, 1))
     spanspec.deactivate()
+    idle = {n: _watchdog_idle_cpu(spec, provider, n, args.idle_s) for n in (1, 100)}
+    watchdog.disable()
 
     t0 = time.perf_counter()
     for _ in range(20):
@@ -167,12 +214,25 @@ def main(argv: list[str] | None = None) -> int:
     print("-" * 74)
     disabled = max(best[cases[1][0]], best[cases[2][0]]) / floor_ns
     enabled = best[cases[4][0]] / sdk_ns
+    unbounded, bounded = best[cases[4][0]], best[cases[5][0]]
+    watched = bounded / unbounded
+    unwatched = best[cases[6][0]] / unbounded
+    plain_on = best[cases[7][0]] / unbounded
     print(
         f"disabled / floor      {disabled:6.2f}   (target <= 1.50) {'ok' if disabled <= 1.5 else 'MISSED'}"
     )
     print(
         f"enabled / raw SDK     {enabled:6.2f}   (target <= 1.10) {'ok' if enabled <= 1.10 else 'MISSED'}"
     )
+    print(
+        f"bounded / unbounded   {watched:6.2f}   (target <= 1.10) {'ok' if watched <= 1.10 else 'MISSED'}"
+        f"  (watchdog off {unwatched:.2f}; unbounded span, watchdog on {plain_on:.2f})"
+    )
+    for n, (us_per_s, interval) in idle.items():
+        print(
+            f"watchdog idle, {n:3d} open bounded span(s): {us_per_s:7.1f} µs CPU per second "
+            f"({us_per_s / 1e4:.4f}% of a core; poll every {interval:g} s)"
+        )
     print(
         f"activate(all)         {activation_ms:6.2f} ms (target < 50) {'ok' if activation_ms < 50 else 'MISSED'}"
     )

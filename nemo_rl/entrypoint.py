@@ -4,7 +4,8 @@
 
 It parses ``--config`` and dotted overrides, validates the whole config (before Ray or any
 worker starts), starts the driver's telemetry, runs the loop inside its job span, shuts Ray and
-telemetry down, and prints the run's summary and where the step time went.
+telemetry down, and prints the run's summary, the job's telemetry cost (one line: spans, drops,
+export CPU as a share of the run's CPU, driver and workers together) and where the step time went.
 
 Every expected failure becomes one short message and an exit code, never a traceback: a bad
 config or telemetry setting exits 2 (the message names the file, key or variable), a worker that
@@ -23,9 +24,11 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from nemo_rl.algorithms.common import RunSummary
-from nemo_rl.telemetry import init_telemetry_driver, shutdown_telemetry
+from nemo_rl.distributed import WorkerDied
+from nemo_rl.telemetry import init_telemetry_driver, job_cost, shutdown_telemetry
 from nemo_rl.telemetry.breakdown import step_breakdown
 from nemo_rl.utils.config import ConfigError, load_config
+from spanspec.export import ExportStats
 from spanspec.findings import SpecError
 from spanspec.settings import SettingsError
 
@@ -84,10 +87,14 @@ def run_loop(loop: Loop, argv: Sequence[str] | None = None, doc: str | None = No
         return _fail(str(e), EXIT_BAD_INPUT, shutdown=True)
     except _worker_errors() as e:
         return _fail(_worker_failure(e), EXIT_FAILED, shutdown=True)
-    _shutdown()
+    except WorkerDied as e:  # the loop found a worker dead or silent and said which
+        return _fail(str(e), EXIT_FAILED, shutdown=True)
+    stats = _shutdown()
 
     for line in summary.lines():
         print(line)
+    if settings.enabled:
+        print(job_cost(stats).line())
     print(f"metrics: {os.path.join(cfg.logger.log_dir, 'metrics.jsonl')}")
     trace_file = os.path.join(settings.file_dir, "traces.jsonl")
     if settings.enabled and "file" in settings.exporters and os.path.exists(trace_file):
@@ -98,11 +105,11 @@ def run_loop(loop: Loop, argv: Sequence[str] | None = None, doc: str | None = No
     return 0
 
 
-def _shutdown() -> None:
+def _shutdown() -> ExportStats | None:
     import ray
 
     ray.shutdown()
-    shutdown_telemetry()
+    return shutdown_telemetry()
 
 
 def _fail(message: str, code: int, shutdown: bool = False) -> int:

@@ -10,7 +10,7 @@ bash scripts/setup.sh --vllm  # the real-engine tests (tests/functional/test_vll
 . .venv/bin/activate
 ruff check .
 ruff format --check .
-spanspec check schemas/span_groups.yaml examples/configs --code spanspec --code nemo_rl --code examples --require-used 'rl.grpo.*'
+spanspec check schemas/span_groups.yaml examples/configs --code spanspec --code nemo_rl --code examples --require-used 'rl.grpo.*' --require-used 'rl.sft.*' --require-used 'rl.dpo.*' --require-used 'rl.rm.*' --require-used 'rl.async_grpo.*'
 if [ "$(id -u)" = 0 ] && unshare -n true 2>/dev/null; then
   exec unshare -n bash -c 'ip link set lo up && exec python -m pytest "$@"' pytest "$@"
 fi

@@ -14,15 +14,17 @@ import logging
 import numbers
 import os
 import threading
-from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, TypeVar, cast
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode
 
-from spanspec.compile import AttributeDef, SpanEntry, Spec
+from spanspec import watchdog
 from spanspec.findings import Finding, SpecError, a_type
+from spanspec.spec import REDACTED, AttributeDef, SpanEntry, Spec
 
 __all__ = [
     "DEFAULT_ENV_VAR",
@@ -38,7 +40,6 @@ __all__ = [
 ]
 
 DEFAULT_ENV_VAR = "NEMO_RL_OTEL_SPAN_GROUPS"
-REDACTED = "[REDACTED]"
 _log = logging.getLogger("spanspec")
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -65,7 +66,7 @@ _UNDECLARED = object()
 class _Gate:
     """An enabled span name, prepared: its tracer and per-attribute checks."""
 
-    __slots__ = ("attributes", "entry", "name", "strict", "tracer", "types")
+    __slots__ = ("attributes", "bound", "entry", "live", "name", "strict", "tracer", "types")
 
     def __init__(
         self, name: str, entry: SpanEntry | None, tracer: trace.Tracer, strict: bool
@@ -75,6 +76,9 @@ class _Gate:
         self.tracer = tracer
         self.strict = strict
         self.attributes: Mapping[str, AttributeDef] = entry.attributes if entry else {}
+        # A span with a max_duration is watched while open; any other pays nothing for it.
+        self.bound = entry.max_duration_s if entry else None
+        self.live: type[_LiveSpan] = _LiveSpan if self.bound is None else _WatchedSpan
         # Exact Python types accepted without the slower general check.
         self.types = {
             key: _FAST_TYPES.get(a.type, ()) if a.allowed is None and not a.sensitive else ()
@@ -182,17 +186,18 @@ def _problem(gate: _Gate, finding_id: str, message: str, key: str = "") -> None:
 class _LiveSpan:
     """An enabled span: started as the current span on enter, always ended on exit."""
 
-    __slots__ = ("_attributes", "_gate", "_span", "_token")
+    __slots__ = ("_attributes", "_gate", "_links", "_span", "_token")
 
-    def __init__(self, gate: _Gate, attributes: dict[str, Any]) -> None:
+    def __init__(self, gate: _Gate, attributes: dict[str, Any], links: Sequence[Any] = ()) -> None:
         self._gate = gate
         self._attributes = attributes
+        self._links = [x if isinstance(x, trace.Link) else trace.Link(x) for x in links]
 
     def start(self) -> Span:
         """Start the span without making it current (for generators)."""
         gate = self._gate
         attrs = gate.clean(self._attributes) if self._attributes else None
-        return gate.tracer.start_span(gate.name, attributes=attrs)
+        return gate.tracer.start_span(gate.name, attributes=attrs, links=self._links or None)
 
     def __enter__(self) -> Span:
         span = self._span = self.start()
@@ -208,6 +213,31 @@ class _LiveSpan:
         span.end()
         otel_context.detach(self._token)
         return False
+
+
+class _WatchedSpan(_LiveSpan):
+    """An enabled span with a ``max_duration``: the stall watchdog watches it while it is open
+    as a ``with`` block (a ``@traced`` generator's span is not watched)."""
+
+    __slots__ = ("_clean", "_watched")
+
+    def start(self) -> Span:
+        gate = self._gate
+        attrs = self._clean = gate.clean(self._attributes) if self._attributes else None
+        return gate.tracer.start_span(gate.name, attributes=attrs, links=self._links or None)
+
+    def __enter__(self) -> Span:
+        span = super().__enter__()
+        self._watched = watchdog.watch(
+            self._gate.name, cast(float, self._gate.bound), span, self._clean
+        )
+        return span
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> bool:
+        watchdog.unwatch(self._watched)
+        return super().__exit__(exc_type, exc, tb)
 
 
 def _fail(span: Span, exc: BaseException) -> None:
@@ -227,8 +257,13 @@ _undeclared_gates: dict[str, _Gate] = {}
 _lock = threading.Lock()
 
 
-def span(name: str, /, **attributes: Any) -> Any:
+def span(
+    name: str, /, *, links: Sequence[Any] = (), **attributes: Any
+) -> AbstractContextManager[Span | None]:
     """Open the registry's span ``name`` as a context manager.
+
+    ``links`` (OpenTelemetry ``SpanContext`` or ``Link`` objects) are the span's links: spans of
+    other traces it depends on, such as the rollouts a training step consumed.
 
     ``with span("rl.grpo.rollout", **{"rl.iteration": 3}) as s:`` gives the OpenTelemetry span,
     or ``None`` when the span's group is off or spanspec is not active (then it costs one dict
@@ -243,7 +278,7 @@ def span(name: str, /, **attributes: Any) -> Any:
         return NOOP
     if gate is _UNDECLARED:
         gate = _undeclared(name)
-    return _LiveSpan(gate, attributes)
+    return gate.live(gate, attributes, links)
 
 
 def _undeclared(name: str) -> _Gate:
@@ -287,7 +322,8 @@ def traced(name: str, /, **attributes: Any) -> Callable[[F], F]:
                 live = span(name, **attributes)
                 if live is NOOP:
                     return (yield from fn(*args, **kwargs))
-                return (yield from _traced_generator(live.start(), fn(*args, **kwargs)))
+                started = cast(_LiveSpan, live).start()
+                return (yield from _traced_generator(started, fn(*args, **kwargs)))
 
             return generator_wrapper  # type: ignore[return-value]
         if inspect.isasyncgenfunction(fn):
@@ -299,7 +335,7 @@ def traced(name: str, /, **attributes: Any) -> Callable[[F], F]:
                     async for item in fn(*args, **kwargs):
                         yield item
                     return
-                otel_span = live.start()
+                otel_span = cast(_LiveSpan, live).start()
                 try:
                     async for item in fn(*args, **kwargs):
                         yield item

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
-from spanspec.compile import ALGORITHM_PLACEHOLDER
+from spanspec.spec import ALGORITHM_PLACEHOLDER, parse_duration
 
 __all__ = [
     "ALGORITHM_PLACEHOLDER",
@@ -102,6 +102,18 @@ class SpanDecl(_Strict):
         description="Expand `rl.{algorithm}.<phase>` once per algorithm; needs the placeholder.",
     )
     attributes: dict[str, Requirement] = Field(default_factory=dict)
+    max_duration: str | None = Field(
+        default=None,
+        description="How long the span may stay open (30s, 10m, 2h) before the stall watchdog warns.",
+        json_schema_extra={"pattern": r"^[0-9]+(\.[0-9]+)?[smh]$"},
+    )
+
+    @field_validator("max_duration")
+    @classmethod
+    def _duration(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_duration(value)
+        return value
 
     @field_validator("algorithms")
     @classmethod

@@ -18,11 +18,12 @@ This module knows nothing about any particular program and imports no OpenTeleme
 
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+from spanspec.findings import closest, did_you_mean
 
 __all__ = [
     "DEFAULT_PREFIX",
@@ -33,6 +34,7 @@ __all__ = [
     "FieldSpec",
     "Settings",
     "SettingsError",
+    "field_spec",
     "load_settings",
     "otlp_endpoint_configured",
 ]
@@ -107,8 +109,8 @@ def _choice(allowed: tuple[str, ...]) -> Callable[[Any], str]:
             return value.strip().lower()
         hint = ""
         if isinstance(value, str):
-            close = difflib.get_close_matches(value.strip().lower(), allowed, n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else ""
+            close = closest(value.strip().lower(), allowed)
+            hint = f"; did you mean '{close}'?" if close else ""
         raise ValueError(f"expected one of: {', '.join(allowed)}{hint}")
 
     return parse
@@ -121,8 +123,8 @@ def _exporters(value: Any) -> str:
     allowed = f"one of {', '.join(EXPORTERS)}, or a comma list of otlp, console, file"
     if not words or any(w not in EXPORTERS for w in words):
         bad = [w for w in words if w not in EXPORTERS]
-        close = difflib.get_close_matches(bad[0], EXPORTERS, n=1) if bad else []
-        hint = f"; did you mean '{close[0]}'?" if close else ""
+        close = closest(bad[0], EXPORTERS) if bad else None
+        hint = f"; did you mean '{close}'?" if close else ""
         raise ValueError(f"expected {allowed}{hint}")
     if len(words) > 1 and ({"auto", "none"} & set(words)):
         raise ValueError(f"expected {allowed} ('auto' and 'none' cannot be combined)")
@@ -214,8 +216,27 @@ FIELDS: tuple[FieldSpec, ...] = (
         5.0,
         "Upper bound on the final flush at shutdown, in seconds.",
     ),
+    FieldSpec(
+        "watchdog",
+        _bool,
+        True,
+        "Warn (once, with stacks) when a span outlives the max_duration its registry entry declares.",
+    ),
 )
 _BY_NAME = {f.name: f for f in FIELDS}
+
+
+def field_spec(name: str) -> FieldSpec:
+    """The declaration of setting ``name`` (its parser, default and meaning).
+
+    Raises:
+        KeyError: for a name that is not a setting.
+    """
+    return _BY_NAME[name]
+
+
+def _default(name: str) -> Any:
+    return _BY_NAME[name].default
 
 
 def otlp_endpoint_configured(env: Mapping[str, str] | None = None) -> str | None:
@@ -232,21 +253,22 @@ class Settings:
     ``exporter`` is already resolved (never ``auto``); ``exporters`` splits it.
     """
 
-    enabled: bool = True
-    service_name: str = "nemo-rl"
-    span_groups: str = "default"
-    exporter: str = "file"
-    file_dir: str = "telemetry"
-    export_strategy: str = "single_rank"
-    export_rank: int = 0
-    export_sample_rate: float = 0.1
-    traces_enabled: bool = True
-    metrics_enabled: bool = True
-    logs_enabled: bool = False
-    vllm_native_tracing: bool = False
-    run_id: str | None = None
-    user_id: str | None = None
-    shutdown_timeout_s: float = 5.0
+    enabled: bool = _default("enabled")
+    service_name: str = _default("service_name")
+    span_groups: str = _default("span_groups")
+    exporter: str = "file"  # resolved: what the default "auto" gives when no endpoint is set
+    file_dir: str = _default("file_dir")
+    export_strategy: str = _default("export_strategy")
+    export_rank: int = _default("export_rank")
+    export_sample_rate: float = _default("export_sample_rate")
+    traces_enabled: bool = _default("traces_enabled")
+    metrics_enabled: bool = _default("metrics_enabled")
+    logs_enabled: bool = _default("logs_enabled")
+    vllm_native_tracing: bool = _default("vllm_native_tracing")
+    run_id: str | None = _default("run_id")
+    user_id: str | None = _default("user_id")
+    shutdown_timeout_s: float = _default("shutdown_timeout_s")
+    watchdog: bool = _default("watchdog")
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -271,7 +293,7 @@ class Settings:
         for name, value in values.items():
             spec = _BY_NAME.get(name)
             if spec is None:
-                problems.append(f"{name}: unknown setting{_suggest(name, _BY_NAME)}")
+                problems.append(f"{name}: unknown setting{did_you_mean(name, _BY_NAME)}")
                 continue
             try:
                 parsed[name] = spec.parse(value)
@@ -304,11 +326,6 @@ class Settings:
         return "\n".join(f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]}".rstrip() for r in rows)
 
 
-def _suggest(word: str, candidates: Iterable[str]) -> str:
-    close = difflib.get_close_matches(word, list(candidates), n=1)
-    return f" (did you mean '{close[0]}'?)" if close else ""
-
-
 def load_settings(
     mapping: Mapping[str, Any] | None = None,
     *,
@@ -338,7 +355,7 @@ def load_settings(
         for key in given:
             if key not in _BY_NAME:
                 label = f"{mapping_name}.{key}" if where == "config" else f"default {key}"
-                problems.append(f"{label}: unknown setting{_suggest(key, _BY_NAME)}")
+                problems.append(f"{label}: unknown setting{did_you_mean(key, _BY_NAME)}")
 
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
@@ -378,6 +395,4 @@ def load_settings(
         values["exporter"] = "otlp" if endpoint_var else "file"
         why = f"{endpoint_var} is set" if endpoint_var else "no OTLP endpoint is set"
         sources["exporter"] = f"{sources['exporter']} (auto: {why})"
-    known = {f.name for f in fields(Settings)}
-    assert known >= set(values), "FIELDS and Settings disagree"
     return Settings(**values, sources=sources)

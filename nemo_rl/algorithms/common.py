@@ -18,11 +18,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from nemo_rl.data import CharTokenizer, left_pad
 from nemo_rl.distributed import call, spawn_actor
+from nemo_rl.distributed.trace_context import remember_pid
 from nemo_rl.environments import ArithmeticEnvironment, Problem, make_problems
 from nemo_rl.models.causal_lm import ModelConfig
 from nemo_rl.models.generation.interface import GenerationConfig, GenerationOutput
 from nemo_rl.models.generation.torch_backend import TorchGeneration
 from nemo_rl.models.policy import LossFunction, PolicyConfig, PolicyWorker
+from nemo_rl.telemetry import TelemetryConfig, add_worker_costs
 from nemo_rl.utils.checkpoint import (
     CheckpointConfig,
     CheckpointManager,
@@ -34,6 +36,8 @@ from nemo_rl.utils.logger import LoggerConfig
 __all__ = [
     "ClusterConfig",
     "EnvConfig",
+    "LoopConfig",
+    "RunConfig",
     "RunSummary",
     "Task",
     "checkpoint_manager",
@@ -46,6 +50,7 @@ __all__ = [
     "score_responses",
     "spawn_generation",
     "spawn_policy",
+    "spawn_run_generation",
     "stop_workers",
     "wait_ready",
     "write_checkpoint",
@@ -70,6 +75,22 @@ class EnvConfig(BaseModel):
     """Share of the problems held out for validation."""
 
 
+class LoopConfig(BaseModel):
+    """What every loop's own section (``grpo:``, ``sft:``, ...) holds, so ``<algo>.max_steps=N``
+    and the other keys below work alike in each."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_steps: int = Field(150, ge=1)
+    """Training steps of the run (a resumed run continues up to the same number)."""
+    val_period: int = Field(25, ge=0)
+    """Validate after every this many steps (0: never, except at the start if asked)."""
+    val_at_start: bool = True
+    """Validate once before the first step (step 0), as the baseline."""
+    seed: int = 42
+    """Seeds the model weights, the data split and order, and every step's sampling."""
+
+
 class ClusterConfig(BaseModel):
     """Ray."""
 
@@ -81,6 +102,26 @@ class ClusterConfig(BaseModel):
     """Logical CPUs of a local cluster."""
     worker_num_cpus: float = Field(1.0, gt=0.0)
     """CPUs each worker actor asks for (also its torch thread count)."""
+
+
+class RunConfig(BaseModel):
+    """The blocks every run config has besides its loop's own section (and, where the loop
+    samples, ``generation``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    """The trained model and its optimiser."""
+    env: EnvConfig = Field(default_factory=EnvConfig)
+    """The task."""
+    checkpointing: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    """Checkpoints and resume."""
+    logger: LoggerConfig = Field(default_factory=LoggerConfig)
+    """Metrics file and console."""
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    """Ray."""
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+    """Traces and metrics (see ``nemo_rl.telemetry``)."""
 
 
 # -- the task -------------------------------------------------------------------------------------
@@ -204,20 +245,47 @@ def spawn_generation(
     )
 
 
+def spawn_run_generation(cfg: Any, tokenizer: CharTokenizer, seed: int, policy: Any) -> Any:
+    """Returns :func:`spawn_generation` for a run config with ``generation``, ``policy``,
+    ``cluster`` and ``logger`` blocks."""
+    return spawn_generation(
+        cfg.generation,
+        cfg.policy.model,
+        cfg.policy.model_name,
+        cfg.cluster,
+        tokenizer,
+        seed,
+        policy,
+        cfg.logger.log_dir,
+    )
+
+
 def wait_ready(*actors: Any) -> None:
-    """Returns once every actor has started (raises what a failed constructor raised)."""
-    ray.get([a.__ray_ready__.remote() for a in actors])
+    """Returns once every actor has started (raises what a failed constructor raised); notes
+    each actor's pid for the stall watchdog's warnings."""
+    pids = ray.get([a.__ray_call__.remote(_pid) for a in actors])
+    for actor, pid in zip(actors, pids, strict=True):
+        remember_pid(actor, pid)
+
+
+def _pid(_actor: Any) -> int:
+    return os.getpid()
 
 
 def stop_workers(*actors: Any) -> None:
-    """Flushes the actors' telemetry and stops them; an actor that already died is skipped."""
+    """Flushes the actors' telemetry and stops them; an actor that already died is skipped.
+
+    What each worker's telemetry cost (its ``close()`` returns it) is kept for the job's cost line.
+    """
     live = [a for a in actors if a is not None]
+    costs = []
     for a, ref in [(a, a.close.remote()) for a in live]:
         try:
-            ray.get(ref, timeout=30)
+            costs.append(ray.get(ref, timeout=30))
         except Exception:  # a dead worker has nothing left to flush; the run already failed
             pass
         ray.kill(a)
+    add_worker_costs(costs)
 
 
 def num_micro_batches(cfg: PolicyConfig, batch_size: int) -> int:

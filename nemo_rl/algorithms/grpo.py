@@ -14,13 +14,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import ray
-from pydantic import BaseModel, ConfigDict, Field
+import torch
+from pydantic import Field
 
 import spanspec
 from nemo_rl.algorithms.advantages import group_normalized_advantages
 from nemo_rl.algorithms.common import (
     ClusterConfig,
     EnvConfig,
+    LoopConfig,
+    RunConfig,
     RunSummary,
     Task,
     checkpoint_manager,
@@ -30,8 +33,8 @@ from nemo_rl.algorithms.common import (
     num_micro_batches,
     read_checkpoint,
     score_responses,
-    spawn_generation,
     spawn_policy,
+    spawn_run_generation,
     stop_workers,
     wait_ready,
     write_checkpoint,
@@ -41,10 +44,8 @@ from nemo_rl.data import PromptIterator
 from nemo_rl.distributed import call, init_ray
 from nemo_rl.environments import Problem
 from nemo_rl.models.generation.interface import GenerationConfig, GenerationOutput
-from nemo_rl.models.policy import PolicyConfig
-from nemo_rl.telemetry import TelemetryConfig
-from nemo_rl.utils.checkpoint import CheckpointConfig, CheckpointManager
-from nemo_rl.utils.logger import Logger, LoggerConfig
+from nemo_rl.utils.checkpoint import CheckpointManager
+from nemo_rl.utils.logger import Logger
 from nemo_rl.utils.timer import Timer, annotate
 
 __all__ = [
@@ -53,9 +54,12 @@ __all__ = [
     "GRPOConfig",
     "GRPOSetup",
     "MasterConfig",
+    "RolloutRunConfig",
     "grpo_train",
+    "log_step",
     "run",
     "setup",
+    "step_metrics",
     "teardown",
     "validate",
 ]
@@ -64,50 +68,32 @@ __all__ = [
 # -- config -------------------------------------------------------------------------------------
 
 
-class GRPOConfig(BaseModel):
-    """The outer loop."""
+class GRPOConfig(LoopConfig):
+    """The outer loop (``max_steps``, ``val_period``, ``val_at_start``, ``seed``: see ``LoopConfig``)."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    max_steps: int = Field(150, ge=1)
-    """Training steps of the run (a resumed run continues up to the same number)."""
     num_prompts_per_step: int = Field(32, ge=1)
     """Distinct prompts per step."""
     num_generations_per_prompt: int = Field(8, ge=2)
     """Responses sampled per prompt: the group whose rewards are normalised together."""
     normalize_rewards: bool = True
     """Divide each group's centred rewards by the group's std (the GRPO paper's advantage)."""
-    val_period: int = Field(25, ge=0)
-    """Validate after every this many steps (0: never, except at the start if asked)."""
-    val_at_start: bool = True
-    """Validate once before the first step (step 0), as the baseline."""
-    seed: int = 42
-    """Seeds the model weights, the data order and every step's sampling."""
     loss: ClippedPGLossConfig = Field(default_factory=ClippedPGLossConfig)
     """Coefficients of the clipped policy-gradient loss."""
 
 
-class MasterConfig(BaseModel):
-    """A whole GRPO run: ``examples/configs/grpo_tiny.yaml`` is one."""
+class RolloutRunConfig(RunConfig):
+    """The blocks of a run that samples from its policy, all but the loop's own section (shared
+    by GRPO and async GRPO): ``RunConfig``'s and ``generation``."""
 
-    model_config = ConfigDict(extra="forbid")
+    generation: GenerationConfig = Field(default_factory=GenerationConfig)
+    """How responses are sampled."""
+
+
+class MasterConfig(RolloutRunConfig):
+    """A whole GRPO run: ``examples/configs/grpo_tiny.yaml`` is one."""
 
     grpo: GRPOConfig = Field(default_factory=GRPOConfig)
     """The outer loop."""
-    policy: PolicyConfig = Field(default_factory=PolicyConfig)
-    """The trained model and its optimiser."""
-    generation: GenerationConfig = Field(default_factory=GenerationConfig)
-    """How responses are sampled."""
-    env: EnvConfig = Field(default_factory=EnvConfig)
-    """The task."""
-    checkpointing: CheckpointConfig = Field(default_factory=CheckpointConfig)
-    """Checkpoints and resume."""
-    logger: LoggerConfig = Field(default_factory=LoggerConfig)
-    """Metrics file and console."""
-    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
-    """Ray."""
-    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
-    """Traces and metrics (see ``nemo_rl.telemetry``)."""
 
 
 # -- setup --------------------------------------------------------------------------------------
@@ -145,16 +131,7 @@ def setup(cfg: MasterConfig) -> GRPOSetup:
         policy = spawn_policy(
             cfg.policy, cfg.cluster, vocab, cfg.grpo.seed, loss, cfg.generation.temperature
         )
-        generation = spawn_generation(
-            cfg.generation,
-            cfg.policy.model,
-            cfg.policy.model_name,
-            cfg.cluster,
-            task.tokenizer,
-            cfg.grpo.seed,
-            policy,
-            cfg.logger.log_dir,
-        )
+        generation = spawn_run_generation(cfg, task.tokenizer, cfg.grpo.seed, policy)
         wait_ready(policy, generation)
     s = GRPOSetup(
         cfg=cfg,
@@ -298,25 +275,10 @@ def grpo_train(s: GRPOSetup) -> RunSummary:
         # LOG: after the step span closed, so the step's own time is known.
         timing = timer.take()
         step_time = timing["rl.grpo.step"]
-        metrics = {
-            "reward_mean": float(rewards.mean()),
-            "reward_std": float(rewards.std()),
-            "accuracy": exact,
-            "response_length": float(out["response_mask"].sum(-1).float().mean()),
-            **{
-                k: train_metrics[k]
-                for k in ("loss", "pg_loss", "kl", "clip_fraction", "grad_norm", "lr")
-            },
-            "num_tokens": num_tokens,
-            "tokens_per_sec": num_tokens / step_time,
-        }
-        s.logger.log(metrics, step=done, prefix="train")
-        s.logger.log(timing, step=done, prefix="timing")
-        if summary.validation and summary.validation[-1][0] == done:
-            s.logger.log(summary.validation[-1][1], step=done, prefix="validation")
-            s.logger.print(f"step {done}: validation accuracy {accuracy:.3f}")
-        s.logger.progress(done, metrics["reward_mean"], metrics["loss"], step_time)
-        summary.add({"reward": metrics["reward_mean"]})
+        metrics = step_metrics(
+            rewards, exact, out["response_mask"], train_metrics, num_tokens, step_time
+        )
+        log_step(s.logger, summary, done, metrics, timing, step_time)
     return summary
 
 
@@ -360,6 +322,51 @@ def load_checkpoint(s: GRPOSetup, path: str) -> None:
         ray.get(call(s.generation.update_weights, call(s.policy.state_dict)))
         s.train_data.load_state_dict(state["data"])
         s.start_step = int(state["step"])
+
+
+def step_metrics(
+    rewards: torch.Tensor,
+    exact: float,
+    response_mask: torch.Tensor,
+    train_metrics: dict[str, float],
+    num_tokens: int,
+    step_time: float,
+) -> dict[str, float]:
+    """Returns the ``train/`` metrics of a step: reward statistics, exact-match share, response
+    length, the policy worker's loss statistics, and tokens (and tokens per second of step time)."""
+    return {
+        "reward_mean": float(rewards.mean()),
+        "reward_std": float(rewards.std()),
+        "accuracy": exact,
+        "response_length": float(response_mask.sum(-1).float().mean()),
+        **{
+            k: train_metrics[k]
+            for k in ("loss", "pg_loss", "kl", "clip_fraction", "grad_norm", "lr")
+        },
+        "num_tokens": num_tokens,
+        "tokens_per_sec": num_tokens / step_time,
+    }
+
+
+def log_step(
+    logger: Logger,
+    summary: RunSummary,
+    done: int,
+    metrics: dict[str, float],
+    timing: dict[str, float],
+    step_time: float,
+) -> None:
+    """Logs step ``done``'s ``train/`` metrics and ``timing/``, its validation if it ran one,
+    moves the progress bar, and adds its reward to ``summary``."""
+    logger.log(metrics, step=done, prefix="train")
+    logger.log(timing, step=done, prefix="timing")
+    if summary.validation and summary.validation[-1][0] == done:
+        logger.log(summary.validation[-1][1], step=done, prefix="validation")
+        logger.print(
+            f"step {done}: validation accuracy {summary.validation[-1][1]['accuracy']:.3f}"
+        )
+    logger.progress(done, metrics["reward_mean"], metrics["loss"], step_time)
+    summary.add({"reward": metrics["reward_mean"]})
 
 
 def _step_seed(cfg: MasterConfig, step: int) -> int:

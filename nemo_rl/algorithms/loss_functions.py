@@ -10,11 +10,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
 
-from nemo_rl.models.causal_lm import token_logprobs
+from nemo_rl.data.pairs import PAIR_SIDES, stack_pair_sides
+from nemo_rl.models.causal_lm import last_token_values, token_logprobs
 
-__all__ = ["ClippedPGLoss", "ClippedPGLossConfig", "clipped_pg_loss", "kl_penalty"]
+__all__ = [
+    "BradleyTerryLoss",
+    "ClippedPGLoss",
+    "ClippedPGLossConfig",
+    "DPOLoss",
+    "NLLLoss",
+    "clipped_pg_loss",
+    "dpo_margin",
+    "kl_penalty",
+    "sequence_logprobs",
+]
 
 Batch = dict[str, torch.Tensor]
 
@@ -103,3 +115,123 @@ class ClippedPGLoss:
             batch["response_mask"],
             self.cfg,
         )
+
+
+# -- supervised and preference losses -----------------------------------------------------------
+
+
+def sequence_logprobs(logprobs: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """Returns ``[B]``: each row's token log-probs summed over its response tokens."""
+    return (logprobs * response_mask.to(logprobs.dtype)).sum(-1)
+
+
+def dpo_margin(
+    chosen_logprobs: torch.Tensor,
+    rejected_logprobs: torch.Tensor,
+    chosen_ref_logprobs: torch.Tensor,
+    rejected_ref_logprobs: torch.Tensor,
+    beta: float,
+) -> torch.Tensor:
+    """Returns ``[B]``: DPO's implicit reward margin ``beta * (log-ratio chosen - log-ratio rejected)``.
+
+    Each argument is a ``[B]`` sequence log-prob; a log-ratio is policy minus reference. The
+    margin is 0 while the policy equals the reference, positive once it prefers the chosen side.
+    """
+    return beta * (
+        (chosen_logprobs - chosen_ref_logprobs) - (rejected_logprobs - rejected_ref_logprobs)
+    )
+
+
+def _pair_stats(loss: torch.Tensor, margin: torch.Tensor) -> tuple[torch.Tensor, Batch]:
+    stats = {
+        "preference_accuracy": (margin > 0).float().sum().detach(),
+        "preference_margin": margin.sum().detach(),
+    }
+    return loss, stats
+
+
+def _pairs(batch: Batch) -> torch.Tensor:
+    return torch.tensor(float(batch["chosen_input_ids"].shape[0]))
+
+
+_PAIR_KEYS = frozenset(
+    f"{side}_{key}" for side in PAIR_SIDES for key in ("input_ids", "attention_mask")
+)
+
+
+@dataclass(frozen=True)
+class NLLLoss:
+    """Next-token negative log-likelihood over the response tokens (SFT), as a ``LossFunction``.
+
+    Reads ``input_ids``, ``attention_mask`` and ``response_mask`` (1 on the answer and its eos);
+    token-mean over the response tokens, so the prompt is context, never a target.
+    """
+
+    required_keys: frozenset[str] = frozenset({"input_ids", "attention_mask", "response_mask"})
+
+    def normalizer(self, batch: Batch) -> torch.Tensor:
+        return batch["response_mask"].sum()
+
+    def __call__(self, model: torch.nn.Module, batch: Batch) -> tuple[torch.Tensor, Batch]:
+        logprobs = token_logprobs(model, batch["input_ids"], batch["attention_mask"])
+        return -sequence_logprobs(logprobs, batch["response_mask"]).sum(), {}
+
+
+@dataclass(frozen=True)
+class DPOLoss:
+    """The DPO loss ``-log sigmoid(margin)`` of :func:`dpo_margin`, per pair, as a ``LossFunction``.
+
+    Reads the pair batch of ``nemo_rl.data.encode_preference_pairs`` plus ``chosen_ref_logprobs``
+    and ``rejected_ref_logprobs`` (``[B]`` sequence log-probs under the frozen reference). Mean
+    over pairs; reports the share of pairs with a positive margin and the mean margin.
+    """
+
+    beta: float
+    """Strength of the implicit KL anchor to the reference; larger keeps the policy closer."""
+    required_keys: frozenset[str] = _PAIR_KEYS | {
+        "chosen_response_mask",
+        "rejected_response_mask",
+        "chosen_ref_logprobs",
+        "rejected_ref_logprobs",
+    }
+
+    def normalizer(self, batch: Batch) -> torch.Tensor:
+        return _pairs(batch)
+
+    def __call__(self, model: torch.nn.Module, batch: Batch) -> tuple[torch.Tensor, Batch]:
+        both = stack_pair_sides(batch)  # one forward over chosen and rejected rows
+        logprobs = token_logprobs(model, both["input_ids"], both["attention_mask"])
+        chosen, rejected = sequence_logprobs(logprobs, both["response_mask"]).chunk(2)
+        margin = dpo_margin(
+            chosen,
+            rejected,
+            batch["chosen_ref_logprobs"],
+            batch["rejected_ref_logprobs"],
+            self.beta,
+        )
+        return _pair_stats(-F.logsigmoid(margin).sum(), margin)
+
+
+@dataclass(frozen=True)
+class BradleyTerryLoss:
+    """Bradley–Terry loss of a reward model, ``-log sigmoid(r_chosen - r_rejected)`` per pair.
+
+    The model is a ``head: scalar`` model (``forward(ids, mask) -> [B, T]``); a sequence's reward
+    is its value at the last attended token (its eos). Reads the pair batch of
+    ``nemo_rl.data.encode_preference_pairs``; mean over pairs; reports the share of pairs ranked
+    right and the mean reward gap.
+    """
+
+    required_keys: frozenset[str] = _PAIR_KEYS
+
+    def normalizer(self, batch: Batch) -> torch.Tensor:
+        return _pairs(batch)
+
+    def __call__(self, model: torch.nn.Module, batch: Batch) -> tuple[torch.Tensor, Batch]:
+        both = stack_pair_sides(batch)
+        rewards = last_token_values(
+            model(both["input_ids"], both["attention_mask"]), both["attention_mask"]
+        )
+        chosen, rejected = rewards.chunk(2)
+        margin = chosen - rejected
+        return _pair_stats(-F.logsigmoid(margin).sum(), margin)

@@ -9,8 +9,10 @@ import ray
 
 __all__ = [
     "TELEMETRY_ENV_PREFIXES",
+    "WorkerDied",
     "in_ray_actor",
     "init_ray",
+    "ray_node_id",
     "spawn_actor",
     "telemetry_env_vars",
 ]
@@ -18,6 +20,13 @@ __all__ = [
 # Workers inherit telemetry through env: init_telemetry_driver writes NEMO_RL_OTEL_* before Ray
 # starts, and OTEL_* are the SDK's own variables (endpoints, headers, resource attributes).
 TELEMETRY_ENV_PREFIXES = ("NEMO_RL_OTEL_", "NEMO_LENS_", "OTEL_")
+
+
+class WorkerDied(RuntimeError):
+    """A worker the driver depends on stopped or went silent; the message names it.
+
+    The entry point reports it as one line and exits 1.
+    """
 
 
 def telemetry_env_vars() -> dict[str, str]:
@@ -54,18 +63,35 @@ def init_ray(num_cpus: int = 4, address: str | None = None) -> dict[str, Any]:
 
 
 def spawn_actor(
-    cls: type, *args: Any, num_cpus: float = 1.0, num_gpus: float = 0.0, **kwargs: Any
+    cls: type,
+    *args: Any,
+    num_cpus: float = 1.0,
+    num_gpus: float = 0.0,
+    max_concurrency: int = 1,
+    **kwargs: Any,
 ) -> Any:
     """Returns a Ray actor handle for ``cls(*args, **kwargs)`` whose process sees the telemetry env.
+
+    ``max_concurrency`` above 1 makes a threaded actor: that many method calls may run at once
+    (a collector that generates in one call while another delivers weights).
 
     The env is read now, not when Ray started, so settings written after ``init_ray`` still reach
     new workers.
     """
-    options: dict[str, Any] = {"num_cpus": num_cpus, "num_gpus": num_gpus}
+    options: dict[str, Any] = {
+        "num_cpus": num_cpus,
+        "num_gpus": num_gpus,
+        "max_concurrency": max_concurrency,
+    }
     env_vars = telemetry_env_vars()
     if env_vars:
         options["runtime_env"] = {"env_vars": env_vars}
     return ray.remote(cls).options(**options).remote(*args, **kwargs)
+
+
+def ray_node_id() -> str | None:
+    """Returns the id of the Ray node this process runs on (None outside Ray)."""
+    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
 
 
 def in_ray_actor() -> bool:

@@ -6,8 +6,9 @@ import os
 
 import torch
 
-from nemo_rl.distributed.ray_cluster import in_ray_actor
+from nemo_rl.distributed.ray_cluster import in_ray_actor, ray_node_id
 from nemo_rl.telemetry import init_telemetry_worker, shutdown_telemetry
+from spanspec.export import TelemetryCost
 
 __all__ = ["close_worker", "init_worker"]
 
@@ -23,10 +24,13 @@ def init_worker(rank: int, world_size: int, group: str) -> None:
     if not in_ray_actor():
         return
     torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS") or 1)))
-    init_telemetry_worker(rank=rank, world_size=world_size, worker_group=group)
+    init_telemetry_worker(rank=rank, world_size=world_size, worker_group=group, node=ray_node_id())
 
 
-def close_worker() -> None:
-    """Flushes and stops this actor's telemetry (bounded; never raises). Does nothing in-process."""
-    if in_ray_actor():
-        shutdown_telemetry()
+def close_worker() -> TelemetryCost | None:
+    """Flushes and stops this actor's telemetry (bounded; never raises); returns what it cost
+    (spans, drops, export and process CPU) for the driver's job line. Does nothing in-process."""
+    if not in_ray_actor():
+        return None
+    stats = shutdown_telemetry()
+    return stats.cost() if stats is not None else None

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from nemo_rl.telemetry.config import TelemetryConfig
 from nemo_rl.telemetry.lifecycle import (
+    add_worker_costs,
     get_telemetry,
     init_telemetry_driver,
     init_telemetry_worker,
+    job_cost,
     record_metrics,
     record_token_usage,
     resolve_settings,
@@ -25,9 +27,11 @@ from nemo_rl.telemetry.lifecycle import (
 
 __all__ = [
     "TelemetryConfig",
+    "add_worker_costs",
     "get_telemetry",
     "init_telemetry_driver",
     "init_telemetry_worker",
+    "job_cost",
     "record_metrics",
     "record_token_usage",
     "resolve_settings",

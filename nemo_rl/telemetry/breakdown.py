@@ -14,9 +14,18 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from spanspec.compile import Spec
+from spanspec.spec import Spec
 
-__all__ = ["Breakdown", "PhaseTime", "compute_breakdown", "step_breakdown"]
+__all__ = [
+    "Breakdown",
+    "CollectorBreakdown",
+    "PhaseTime",
+    "collector_breakdown",
+    "collector_report",
+    "compute_breakdown",
+    "compute_collector_breakdown",
+    "step_breakdown",
+]
 
 
 @dataclass(frozen=True)
@@ -150,10 +159,149 @@ def step_breakdown(
     ``str()`` of the result is the table the examples print.
     """
     from spanspec import otlp_json
-    from spanspec.compile import load
+    from spanspec.registry import load
 
     paths = [trace_files] if isinstance(trace_files, str | os.PathLike) else list(trace_files)
     spans = otlp_json.read_spans(paths)
     if run_id is not None:
         spans = [s for s in spans if s.resource.get("rl.run_id") == run_id]
     return compute_breakdown(spans, spec or load())
+
+
+# -- async GRPO: the collector's side and the overlap -------------------------------------------
+
+COLLECTOR_PHASES = (
+    "rl.async_grpo.rollout",
+    "rl.async_grpo.generation",
+    "rl.async_grpo.reward",
+    "rl.async_grpo.wait_for_weights",
+)
+
+
+@dataclass(frozen=True)
+class CollectorBreakdown:
+    """Where the async-GRPO collector's time went, and how much of its sampling overlapped the
+    trainer's work (step time outside ``wait_for_trajectories``)."""
+
+    span_s: float
+    """From the collector's first span's start to its last span's end."""
+    phases: dict[str, tuple[int, float]] = field(default_factory=dict)  # name -> (count, total s)
+    generation_s: float = 0.0
+    overlap_s: float = 0.0
+    """Generation time during which the trainer was busy in a step (not waiting)."""
+    trainer_wait_s: float = 0.0
+
+    def __str__(self) -> str:
+        if not self.phases.get("rl.async_grpo.rollout", (0, 0.0))[0]:
+            return "collector: no rl.async_grpo.rollout spans in the trace files"
+        lines = [
+            f"where the collector's time went ({self.span_s:.3f} s from its first span to its last):",
+            f"  {'phase':44} {'count':>6} {'total s':>8} {'share':>7}",
+        ]
+        for name in COLLECTOR_PHASES:
+            count, total = self.phases.get(name, (0, 0.0))
+            label = ("  " if name in COLLECTOR_PHASES[1:3] else "") + name
+            share = total / self.span_s if self.span_s else 0.0
+            lines.append(f"  {label:44} {count:6d} {total:8.3f} {share:7.1%}")
+        share = self.overlap_s / self.generation_s if self.generation_s else 0.0
+        lines.append(
+            f"  overlap: {self.overlap_s:.3f} s of {self.generation_s:.3f} s generation ({share:.1%}) "
+            f"ran while the trainer was busy; the trainer waited {self.trainer_wait_s:.3f} s"
+        )
+        return "\n".join(lines)
+
+
+def compute_collector_breakdown(spans: Iterable[object]) -> CollectorBreakdown:
+    """The collector's phases (count, total seconds) and the generation time that overlapped the
+    trainer's busy time, from span records as :func:`compute_breakdown` takes them."""
+    spans = list(spans)
+
+    def interval(s: object) -> tuple[int, int]:
+        return s.start_time_unix_nano, max(s.start_time_unix_nano, s.end_time_unix_nano)
+
+    mine = [s for s in spans if s.name in COLLECTOR_PHASES]
+    if not mine:
+        return CollectorBreakdown(0.0)
+    phases: dict[str, tuple[int, float]] = {}
+    for s in mine:
+        count, total = phases.get(s.name, (0, 0.0))
+        a, b = interval(s)
+        phases[s.name] = (count + 1, total + (b - a) / 1e9)
+    span_s = (max(interval(s)[1] for s in mine) - min(interval(s)[0] for s in mine)) / 1e9
+    waits = _union([interval(s) for s in spans if s.name == "rl.async_grpo.wait_for_trajectories"])
+    busy = _subtract(_union([interval(s) for s in spans if s.name == "rl.async_grpo.step"]), waits)
+    generation = _union([interval(s) for s in mine if s.name == "rl.async_grpo.generation"])
+    return CollectorBreakdown(
+        span_s=span_s,
+        phases=phases,
+        generation_s=_length(generation) / 1e9,
+        overlap_s=_length(_intersect(generation, busy)) / 1e9,
+        trainer_wait_s=_length(waits) / 1e9,
+    )
+
+
+def collector_breakdown(
+    trace_files: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    run_id: str | None = None,
+) -> CollectorBreakdown:
+    """Read ``traces.jsonl`` file(s) and return the :class:`CollectorBreakdown` (of ``run_id``
+    only, when given)."""
+    from spanspec import otlp_json
+
+    paths = [trace_files] if isinstance(trace_files, str | os.PathLike) else list(trace_files)
+    spans = otlp_json.read_spans(paths)
+    if run_id is not None:
+        spans = [s for s in spans if s.resource.get("rl.run_id") == run_id]
+    return compute_collector_breakdown(spans)
+
+
+def collector_report(trace_file: str, run_id: str | None) -> str:
+    """The table ``run_async_grpo.py`` prints after the step breakdown (an entry point's
+    ``Loop.report``)."""
+    return str(collector_breakdown(trace_file, run_id=run_id))
+
+
+Interval = tuple[int, int]
+
+
+def _union(intervals: Iterable[Interval]) -> list[Interval]:
+    out: list[Interval] = []
+    for a, b in sorted(intervals):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def _intersect(xs: list[Interval], ys: list[Interval]) -> list[Interval]:
+    """Both sorted and disjoint (``_union`` output)."""
+    out, i, j = [], 0, 0
+    while i < len(xs) and j < len(ys):
+        a, b = max(xs[i][0], ys[j][0]), min(xs[i][1], ys[j][1])
+        if a < b:
+            out.append((a, b))
+        if xs[i][1] < ys[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def _subtract(xs: list[Interval], ys: list[Interval]) -> list[Interval]:
+    out = []
+    for a, b in xs:
+        start = a
+        for c, d in ys:
+            if d <= start or c >= b:
+                continue
+            if c > start:
+                out.append((start, c))
+            start = max(start, d)
+        if start < b:
+            out.append((start, b))
+    return out
+
+
+def _length(xs: list[Interval]) -> int:
+    return sum(b - a for a, b in xs)

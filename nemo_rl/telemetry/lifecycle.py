@@ -27,16 +27,18 @@ from urllib.parse import quote, unquote
 
 import spanspec
 from nemo_rl.telemetry.config import TelemetryConfig
-from spanspec import export
+from spanspec import export, watchdog
 from spanspec import metrics as spanspec_metrics
-from spanspec.compile import Spec
-from spanspec.export import ExportStats, TelemetryHandle
+from spanspec.export import ExportStats, TelemetryCost, TelemetryHandle
 from spanspec.settings import DEFAULT_PREFIX, Settings, SettingsError, load_settings
+from spanspec.spec import Spec
 
 __all__ = [
+    "add_worker_costs",
     "get_telemetry",
     "init_telemetry_driver",
     "init_telemetry_worker",
+    "job_cost",
     "record_metrics",
     "record_token_usage",
     "resolve_settings",
@@ -48,6 +50,13 @@ _log = logging.getLogger("nemo_rl.telemetry")
 
 _handle: TelemetryHandle | None = None
 _settings: Settings | None = None
+_worker_costs: list[TelemetryCost] = []
+_stop_counting_stalls: Any = None
+
+
+def _count_stall(stall: watchdog.Stall) -> None:
+    """The watchdog's on-stall callback: one ``rl.stalls`` point per span that outlived its bound."""
+    spanspec_metrics.record("rl.stalls", 1, {"rl.stall.span": stall.name})
 
 
 # -- reading the run config -----------------------------------------------------------------------
@@ -170,6 +179,9 @@ def _ray_started() -> bool:
 
 
 def _activate(handle: TelemetryHandle, spec: Spec | None) -> None:
+    global _stop_counting_stalls
+    if _stop_counting_stalls is None:
+        _stop_counting_stalls = watchdog.on_stall(_count_stall)
     if not handle.is_exporting:
         spanspec.deactivate()
         spanspec_metrics.unbind()
@@ -256,10 +268,13 @@ def init_telemetry_worker(
     worker_group: str,
     *,
     local_rank: int | None = None,
+    node: str | None = None,
     spec: Spec | None = None,
 ) -> TelemetryHandle:
     """Start a worker's telemetry from the env the driver wrote; the export strategy decides
-    whether this rank exports. Never raises: a bad setting leaves telemetry off here, logged.
+    whether this rank exports (``node``: the Ray node id, so ``first_rank_per_node`` picks one
+    process per Ray node even where several share a host). Never raises: a bad setting leaves
+    telemetry off here, logged.
 
     Returns:
         The worker's handle (``is_exporting`` False on a rank that does not export).
@@ -286,6 +301,7 @@ def init_telemetry_worker(
             },
             local_rank=local_rank,
             worker_group=worker_group,
+            node=node,
             handle_sigterm=True,
         )
         _activate(handle, spec)
@@ -315,10 +331,13 @@ def shutdown_telemetry(timeout_s: float | None = None) -> ExportStats | None:
     Returns:
         The final :class:`~spanspec.export.ExportStats`, or None when telemetry was never started.
     """
-    global _handle, _settings
+    global _handle, _settings, _stop_counting_stalls
     handle, _handle, _settings = _handle, None, None
     if handle is None:
         return None
+    if _stop_counting_stalls is not None:
+        _stop_counting_stalls()
+        _stop_counting_stalls = None
     skipped = spanspec_metrics.skipped_counts()
     spanspec.deactivate()
     spanspec_metrics.unbind()
@@ -329,6 +348,22 @@ def shutdown_telemetry(timeout_s: float | None = None) -> ExportStats | None:
             ", ".join(f"{k} x{v}" for k, v in sorted(skipped.items())),
         )
     return stats
+
+
+def add_worker_costs(costs: list[TelemetryCost | None]) -> None:
+    """Keep what the workers' telemetry cost (returned by their ``close``), for :func:`job_cost`."""
+    _worker_costs.extend(c for c in costs if isinstance(c, TelemetryCost))
+
+
+def job_cost(driver: ExportStats | None) -> TelemetryCost:
+    """The whole job's telemetry cost: the driver's final stats plus every worker's; forgets them.
+
+    ``TelemetryCost.line()`` is the line the entry point prints.
+    """
+    costs = [driver.cost()] if driver is not None else []
+    costs += _worker_costs
+    _worker_costs.clear()
+    return TelemetryCost.total(costs)
 
 
 def record_metrics(metrics: Mapping[str, Any], prefix: str = "") -> int:

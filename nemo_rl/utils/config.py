@@ -92,6 +92,8 @@ def _describe(err: Any, model: type[BaseModel]) -> str:
         hint = f" (did you mean {close[0]}?)" if close else f" (valid keys: {', '.join(fields)})"
         return f"{key}: unknown key{hint}"
     message = err["msg"]
+    if not loc and err["type"] == "value_error":  # a check across sections names its own keys
+        return message.removeprefix("Value error, ")
     if err["type"] != "value_error" and "input" in err and not isinstance(err["input"], dict):
         message += f" (got {err['input']!r})"
     return f"{key}: {message}"

@@ -61,13 +61,15 @@ class Logger:
         self._file.flush()
         record_metrics(metrics, prefix)
 
-    def progress(self, step: int, reward: float, loss: float, step_time: float) -> None:
-        """Moves the progress bar to ``step`` and shows the step's reward, loss and time."""
+    def progress(self, step: int, reward: float | None, loss: float, step_time: float) -> None:
+        """Moves the progress bar to ``step`` and shows the step's reward (None: a loop without
+        rewards, such as SFT), loss and time."""
         if self._bar is None:
             return
         self._bar.update(step - self._step_shown)
         self._step_shown = step
-        self._bar.set_postfix(reward=f"{reward:.3f}", loss=f"{loss:.4f}", step_s=f"{step_time:.2f}")
+        shown = {} if reward is None else {"reward": f"{reward:.3f}"}
+        self._bar.set_postfix(**shown, loss=f"{loss:.4f}", step_s=f"{step_time:.2f}")
 
     def print(self, message: str) -> None:
         """Prints a line without breaking the progress bar."""

@@ -44,3 +44,53 @@ def test_bad_config_is_one_message_and_exit_2(tmp_path, content, args, words):
     for w in words:
         assert w in r.stderr
     assert not (tmp_path / "run").exists()  # failed before anything was written
+
+
+@pytest.mark.parametrize(
+    ("example", "args", "words"),
+    [
+        (
+            "run_async_grpo.py",
+            ["async_grpo.max_trajectory_age_steps=-1"],
+            ["async_grpo.max_trajectory_age_steps", "greater than or equal to 0"],
+        ),
+        (
+            "run_async_grpo.py",
+            ["async_grpo.buffer_size=100"],
+            ["async_grpo.buffer_size: ", "100 is smaller than one step's batch", "at least 256"],
+        ),
+        (
+            "run_async_grpo.py",
+            ["async_grpo.max_trajectory_age=2"],
+            ["async_grpo.max_trajectory_age: unknown key", "did you mean max_trajectory_age_steps"],
+        ),
+        (
+            "run_sft.py",
+            ["sft.max_stepz=3"],
+            ["sft.max_stepz: unknown key", "did you mean max_steps"],
+        ),
+        ("run_sft.py", ["sft.batch_size=many"], ["sft.batch_size", "valid integer", "'many'"]),
+        ("run_sft.py", ["sft.batch_size=441"], ["sft.batch_size=441 is more than the 440"]),
+        ("run_dpo.py", ["dpo.bta=0.1"], ["dpo.bta: unknown key", "did you mean beta"]),
+        ("run_dpo.py", ["dpo.beta=0"], ["dpo.beta", "greater than 0"]),
+        ("run_dpo.py", ["dpo.beta=-1.5"], ["dpo.beta", "greater than 0", "-1.5"]),
+        ("run_dpo.py", ["dpo.val_at_start=maybe"], ["dpo.val_at_start", "valid boolean"]),
+        ("run_dpo.py", ["dpo.batch_size=881"], ["dpo.batch_size=881 is more than the 880"]),
+        ("run_rm.py", ["rm.seeed=1"], ["rm.seeed: unknown key", "did you mean seed"]),
+        ("run_rm.py", ["rm.max_steps=[1]"], ["rm.max_steps", "valid integer"]),
+        ("run_rm.py", ["rm.batch_size=900"], ["rm.batch_size=900 is more than the 880"]),
+        ("run_rm.py", ["policy.head=lm"], ["a reward model needs policy.head=scalar"]),
+    ],
+)
+def test_bad_loop_config_is_one_message_and_exit_2(tmp_path, example, args, words):
+    r = subprocess.run(
+        [sys.executable, f"examples/{example}", *args, f"logger.log_dir={tmp_path}/run"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr and r.stderr.startswith("error: ")
+    for w in words:
+        assert w in r.stderr, r.stderr
+    assert not (tmp_path / "run").exists()  # failed before Ray or the logger started

@@ -3,17 +3,15 @@ trace file it leaves (one root trace per step, every phase inside, worker spans 
 trace) and from its metrics file."""
 
 import json
-import os
-import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
+from tests.traces import live_check, read_spans, run_example
+
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[2]
 STEPS = 4
 PHASES = [
     "rl.grpo.data_processing",
@@ -37,35 +35,11 @@ WORKER_PARENT = {
 }
 
 
-def _value(v: dict):
-    ((kind, x),) = v.items()
-    return int(x) if kind == "intValue" else x
-
-
-def _read_spans(path: Path) -> list[dict]:
-    spans = []
-    for line in path.read_text().splitlines():
-        for rs in json.loads(line)["resourceSpans"]:
-            resource = {a["key"]: _value(a["value"]) for a in rs["resource"].get("attributes", [])}
-            for ss in rs["scopeSpans"]:
-                for s in ss["spans"]:
-                    s["attrs"] = {a["key"]: _value(a["value"]) for a in s.get("attributes", [])}
-                    s["resource"] = resource
-                    spans.append(s)
-    return spans
-
-
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     log_dir = tmp_path_factory.mktemp("grpo_run")
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("NEMO_RL_OTEL_", "NEMO_LENS_", "OTEL_", "RAY_ADDRESS"))
-    }
-    cmd = [
-        sys.executable,
-        "examples/run_grpo.py",
+    proc = run_example(
+        "run_grpo.py",
         f"logger.log_dir={log_dir}",
         "logger.tqdm=false",
         f"grpo.max_steps={STEPS}",
@@ -74,10 +48,8 @@ def run(tmp_path_factory):
         "checkpointing.save_period=3",
         "telemetry.exporter=file",
         "telemetry.span_groups=per_step",
-    ]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    return log_dir, proc.stdout, _read_spans(log_dir / "telemetry" / "traces.jsonl")
+    )
+    return log_dir, proc.stdout, read_spans(log_dir / "telemetry" / "traces.jsonl")
 
 
 def test_each_step_is_a_root_trace_holding_every_phase(run):
@@ -205,19 +177,7 @@ def test_emitted_traces_pass_live_check(run):
     # The run's own trace file, held against the registry as a user would: every span declared,
     # required attributes present and typed, nothing from a group per_step leaves off.
     log_dir, _, _ = run
-    script = Path(sys.executable).with_name("spanspec")
-    command = [str(script)] if script.exists() else [sys.executable, "-m", "spanspec.cli"]
-    proc = subprocess.run(
-        [*command, "live-check", str(log_dir / "telemetry"), "--format", "json"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    summary = json.loads(proc.stdout)["summary"]
-    assert summary["ok"] and summary["violations"] == 0
-    assert summary["spans_checked"] == summary["spans"] > 0
+    summary = live_check(log_dir / "telemetry")
     assert summary["groups_source"] == "resource attribute spanspec.groups"
     coverage = {c["group"]: c for c in summary["coverage"]}
     for phase in [*PHASES, "rl.grpo.step", "rl.grpo.evaluate", "rl.grpo.checkpoint"]:

@@ -20,6 +20,7 @@ from nemo_rl.models.generation.interface import (
     num_bytes,
 )
 from nemo_rl.telemetry import record_token_usage
+from spanspec.export import TelemetryCost
 
 __all__ = ["TorchGeneration"]
 
@@ -141,6 +142,7 @@ class TorchGeneration(GenerationInterface):
             self.model.load_state_dict(state_dict)
         return size
 
-    def close(self) -> None:
-        """Flushes this worker's telemetry; call before the actor is killed."""
-        close_worker()
+    def close(self) -> TelemetryCost | None:
+        """Flushes this worker's telemetry; call before the actor is killed. Returns what the
+        worker's telemetry cost (None in-process)."""
+        return close_worker()

@@ -38,6 +38,7 @@ from nemo_rl.models.generation.interface import (
 )
 from nemo_rl.telemetry import get_telemetry, record_token_usage
 from spanspec import export, propagate
+from spanspec.export import TelemetryCost
 from spanspec.settings import SettingsError
 
 __all__ = ["VllmGeneration", "assemble_output", "native_tracing_args", "vllm_num_gpus"]
@@ -349,9 +350,10 @@ class VllmGeneration(GenerationInterface):
             self.llm.reset_prefix_cache()
         return size
 
-    def close(self) -> None:
-        """Flushes vLLM's own spans and this worker's telemetry; call before the actor is killed."""
+    def close(self) -> TelemetryCost | None:
+        """Flushes vLLM's own spans and this worker's telemetry; call before the actor is killed.
+        Returns what the worker's telemetry cost (None in-process)."""
         flush = getattr(trace.get_tracer_provider(), "force_flush", None)
         if flush is not None:  # vLLM's provider, when native tracing set one; bounded
             flush(5000)
-        close_worker()
+        return close_worker()

@@ -25,6 +25,7 @@ from nemo_rl.models.causal_lm import (
     build_scalar_model,
     token_logprobs,
 )
+from spanspec.export import TelemetryCost
 
 __all__ = ["LossFunction", "PolicyConfig", "PolicyWorker"]
 
@@ -124,9 +125,9 @@ class PolicyWorker:
 
         Trains with ``loss_fn`` (default: the one given at construction). Returns ``loss`` and
         each statistic the loss reported, averaged over the loss's normalizer; the mean pre-clip
-        ``grad_norm``, the ``lr`` used, ``num_tokens`` (attended tokens, when the batch has an
-        ``attention_mask``) and ``num_optimizer_steps``. Raises ``ValueError`` if the loss's
-        batch keys are missing or no loss was given.
+        ``grad_norm``, the ``lr`` used, ``num_tokens`` (the batch's attended tokens, over every
+        ``*attention_mask``, so both sides of a pair count) and ``num_optimizer_steps``. Raises
+        ``ValueError`` if the loss's batch keys are missing or no loss was given.
         """
         loss_fn = loss_fn or self.loss_fn
         if loss_fn is None:
@@ -179,8 +180,9 @@ class PolicyWorker:
             lr=lrs[-1],
             num_optimizer_steps=float(len(grad_norms)),
         )
-        if "attention_mask" in batch:
-            result["num_tokens"] = float(batch["attention_mask"].sum())
+        masks = [v for k, v in batch.items() if k.endswith("attention_mask")]  # pairs: both sides
+        if masks:
+            result["num_tokens"] = float(sum(m.sum() for m in masks))
         return result
 
     @carries_trace
@@ -264,9 +266,10 @@ class PolicyWorker:
         self.model.save_pretrained(path)
         return path
 
-    def close(self) -> None:
-        """Flushes this worker's telemetry; call before the actor is killed."""
-        close_worker()
+    def close(self) -> TelemetryCost | None:
+        """Flushes this worker's telemetry; call before the actor is killed. Returns what the
+        worker's telemetry cost (None in-process)."""
+        return close_worker()
 
 
 def _read_checkpoint(path: str) -> dict[str, Any]:

@@ -16,3 +16,37 @@ def ray_cluster() -> Iterator[None]:
     init_ray(num_cpus=4)
     yield
     ray.shutdown()
+
+
+@pytest.fixture
+def supervised_run(tmp_path):
+    """Runs an SFT, DPO or RM loop in this process on real Ray actors (use with ``ray_cluster``).
+
+    ``supervised_run(module, "run_a", "sft.max_steps=4", ...)`` loads
+    ``examples/configs/<algo>_tiny.yaml`` with the overrides (telemetry off, logs under
+    ``tmp_path/run_a``), sets up, trains and tears down; returns the ``LoopState`` and the
+    ``RunSummary``.
+    """
+    from nemo_rl.algorithms import supervised
+    from nemo_rl.utils.config import load_config
+
+    def run(module, name: str, *overrides: str):
+        algo = module.MasterConfig.SECTION
+        cfg = load_config(
+            f"examples/configs/{algo}_tiny.yaml",
+            [
+                f"logger.log_dir={tmp_path / name}",
+                "logger.tqdm=false",
+                "telemetry.enabled=false",
+                *overrides,
+            ],
+            module.MasterConfig,
+        )
+        s = module.setup(cfg)
+        try:
+            summary = supervised.train(s)
+        finally:
+            supervised.teardown(s)
+        return s, summary
+
+    return run

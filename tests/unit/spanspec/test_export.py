@@ -21,7 +21,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 import spanspec
-from spanspec import _pipeline, export, metrics
+from spanspec import export, metrics
+from spanspec.export import _pipeline
 from spanspec.settings import Settings, SettingsError, load_settings
 
 REPO = Path(__file__).resolve().parents[3]
@@ -337,6 +338,29 @@ def test_first_rank_per_node(monkeypatch):
     )
     first.communicate("")
     assert second.stdout.strip() == "False"
+
+
+def test_first_rank_per_node_claims_one_process_per_named_node(monkeypatch):
+    # Several Ray nodes on one host: the node id, not the host, decides who is first.
+    for var in ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK"):
+        monkeypatch.delenv(var, raising=False)
+    s = load_settings(
+        {"export_strategy": "first_rank_per_node", "run_id": f"nodes{os.getpid()}"}, env={}
+    )
+    assert export.should_export(s, 0, 4, node="node-a")
+    assert export.should_export(s, 1, 4, node="node-b")
+    code = (
+        "from spanspec import export, settings as S\n"
+        f"s = S.load_settings({{'export_strategy': 'first_rank_per_node', 'run_id': 'nodes{os.getpid()}'}}, env={{}})\n"
+        "print(export.should_export(s, 2, 4, node='node-a'), export.should_export(s, 3, 4, node='node-c'))\n"
+    )
+    other = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "SLURM_LOCALID")},
+    )
+    assert other.stdout.split() == ["False", "True"], other.stderr
 
 
 def test_not_exporting_builds_nothing_and_imports_no_sdk(clean_env):

@@ -65,6 +65,26 @@ def test_enabled_span_is_current_with_declared_attributes_and_parent(spec):
     assert root.parent is None
 
 
+def test_links_point_to_spans_of_other_traces(spec):
+    with capture(spec, groups="per_step") as spans:
+        with spanspec.span(ROLLOUT, **{"rl.iteration": 0}) as first:
+            pass
+        with spanspec.span(ROLLOUT, **{"rl.iteration": 1}) as second:
+            pass
+        link = trace.Link(second.get_span_context())
+        with spanspec.span(
+            "rl.grpo.step", links=[first.get_span_context(), link], **{"rl.iteration": 1}
+        ):
+            pass
+    step = spans.one("rl.grpo.step")
+    assert [x.context.span_id for x in step.links] == [
+        first.get_span_context().span_id,
+        second.get_span_context().span_id,
+    ]
+    assert step.context.trace_id != first.get_span_context().trace_id  # a link, not a parent
+    assert dict(step.attributes) == {"rl.iteration": 1}
+
+
 def test_exception_is_recorded_with_error_status_and_reraised(spec):
     with capture(spec, groups="all") as spans:
         with pytest.raises(ZeroDivisionError):

@@ -2,7 +2,29 @@ import math
 
 import torch
 
-from nemo_rl.algorithms.loss_functions import ClippedPGLossConfig, clipped_pg_loss, kl_penalty
+from nemo_rl.algorithms.loss_functions import (
+    BradleyTerryLoss,
+    ClippedPGLossConfig,
+    DPOLoss,
+    NLLLoss,
+    clipped_pg_loss,
+    dpo_margin,
+    kl_penalty,
+    sequence_logprobs,
+)
+from nemo_rl.data import CharTokenizer, encode_completions, encode_preference_pairs
+from nemo_rl.data.pairs import PreferencePair, stack_pair_sides
+from nemo_rl.models.causal_lm import (
+    ModelConfig,
+    build_causal_lm,
+    build_scalar_model,
+    last_token_values,
+    token_logprobs,
+)
+
+TOK = CharTokenizer()
+SMALL = ModelConfig(hidden_size=16, intermediate_size=32, num_layers=1, num_heads=2)
+PAIRS = [PreferencePair("3+5=", "8", "9"), PreferencePair("42+7=", "49", "39")]
 
 NO_KL = ClippedPGLossConfig(reference_policy_kl_penalty=0.0)
 
@@ -65,3 +87,54 @@ def test_kl_term_enters_the_loss_with_its_weight_and_respects_the_mask():
     expected_kl = float(kl_penalty(logp[0, 0], ref[0, 0]))
     assert math.isclose(float(stats["kl"]), expected_kl, rel_tol=1e-6)
     assert math.isclose(float(loss), 0.5 * expected_kl, rel_tol=1e-6)
+
+
+def test_nll_is_the_token_mean_over_the_answer_only():
+    model = build_causal_lm(SMALL, TOK.vocab_size, seed=0)
+    batch = encode_completions(TOK, ["3+5=", "42+7="], ["8", "49"])
+    loss, stats = NLLLoss()(model, batch)
+    logp = token_logprobs(model, batch["input_ids"], batch["attention_mask"])
+    torch.testing.assert_close(loss, -sequence_logprobs(logp, batch["response_mask"]).sum())
+    assert stats == {} and float(NLLLoss().normalizer(batch)) == 2 + 3  # "8<eos>", "49<eos>"
+    masked = {**batch, "response_mask": torch.zeros_like(batch["response_mask"])}
+    assert float(NLLLoss()(model, masked)[0].detach()) == 0.0  # the prompt is never a target
+
+
+def test_dpo_margin_is_zero_at_the_reference_and_the_loss_is_log_2():
+    model = build_causal_lm(SMALL, TOK.vocab_size, seed=0)
+    batch = encode_preference_pairs(TOK, PAIRS)
+    both = stack_pair_sides(batch)
+    logp = sequence_logprobs(
+        token_logprobs(model, both["input_ids"], both["attention_mask"]), both["response_mask"]
+    )
+    batch["chosen_ref_logprobs"], batch["rejected_ref_logprobs"] = logp.detach().chunk(2)
+    loss, stats = DPOLoss(beta=0.5)(model, batch)
+    assert math.isclose(float(loss), 2 * math.log(2), rel_tol=1e-5)  # per pair -log sigmoid(0)
+    assert (
+        float(stats["preference_accuracy"]) == 0 and abs(float(stats["preference_margin"])) < 1e-5
+    )
+    assert float(DPOLoss(0.5).normalizer(batch)) == 2
+    loss.backward()  # the gradient raises chosen and lowers rejected log-probs
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
+
+
+def test_dpo_margin_scales_with_beta_and_the_log_ratio_gap():
+    m = dpo_margin(
+        torch.tensor([-1.0]), torch.tensor([-3.0]), torch.tensor([-2.0]), torch.tensor([-2.0]), 0.1
+    )
+    torch.testing.assert_close(m, torch.tensor([0.1 * ((-1 + 2) - (-3 + 2))]))
+
+
+def test_bradley_terry_reads_the_last_token_and_counts_pairs_ranked_right():
+    model = build_scalar_model(SMALL, TOK.vocab_size, seed=0)
+    batch = encode_preference_pairs(TOK, PAIRS)
+    loss, stats = BradleyTerryLoss()(model, batch)
+    both = stack_pair_sides(batch)
+    rewards = last_token_values(
+        model(both["input_ids"], both["attention_mask"]), both["attention_mask"]
+    )
+    chosen, rejected = rewards.chunk(2)
+    expected = -torch.nn.functional.logsigmoid(chosen - rejected).sum()
+    torch.testing.assert_close(loss, expected)
+    assert float(stats["preference_accuracy"]) == float((chosen > rejected).sum())
+    torch.testing.assert_close(stats["preference_margin"], (chosen - rejected).sum().detach())

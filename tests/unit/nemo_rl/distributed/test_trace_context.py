@@ -164,3 +164,21 @@ def test_every_worker_request_carries_the_trace_context():
         for name, member in vars(cls).items():
             if callable(member) and not name.startswith("_") and name != "close":
                 assert getattr(member, "__carries_trace__", False), f"{cls.__name__}.{name}"
+
+
+def test_span_ref_names_a_span_across_processes_as_plain_ints():
+    import pickle
+
+    from nemo_rl.distributed import span_ref
+
+    assert span_ref() is None  # no recorded span: nothing to link to
+    with capture(spanspec.load(), groups="per_step"):
+        attrs = {"rl.iteration": 0, "rl.async.weight_version": 0}
+        with spanspec.span("rl.async_grpo.rollout", **attrs) as rollout:
+            ref = pickle.loads(pickle.dumps(span_ref()))
+    ctx = ref.context()
+    assert (ctx.trace_id, ctx.span_id) == (
+        rollout.get_span_context().trace_id,
+        rollout.get_span_context().span_id,
+    )
+    assert ctx.is_remote and ctx.trace_flags.sampled

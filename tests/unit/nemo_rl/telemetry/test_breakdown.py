@@ -5,7 +5,11 @@ from __future__ import annotations
 import pytest
 
 import spanspec
-from nemo_rl.telemetry.breakdown import compute_breakdown, step_breakdown
+from nemo_rl.telemetry.breakdown import (
+    compute_breakdown,
+    compute_collector_breakdown,
+    step_breakdown,
+)
 from spanspec.otlp_json import SpanRecord
 from tests.unit.spanspec.fixtures.traces import grpo_steps, write_traces
 
@@ -68,3 +72,31 @@ def test_a_folder_several_runs_appended_to_reports_one_run(tmp_path):
 def test_no_step_spans_says_which_group_to_turn_on(tmp_path):
     path = write_traces(tmp_path, grpo_steps(1), groups="default")
     assert "telemetry.span_groups=per_step" in str(step_breakdown(path))
+
+
+def test_collector_breakdown_counts_generation_that_overlapped_the_busy_trainer():
+    def rec(name: str, sid: str, a: float, b: float) -> SpanRecord:
+        return SpanRecord(name, "c" * 32, sid * 16, None, int(a * S), int(b * S))
+
+    spans = [
+        # The trainer: one 4 s step that waits its first second for trajectories.
+        rec("rl.async_grpo.step", "1", 0.0, 4.0),
+        rec("rl.async_grpo.wait_for_trajectories", "2", 0.0, 1.0),
+        # The collector: the first rollout is waited for, the second overlaps training by 1.5 s.
+        rec("rl.async_grpo.rollout", "3", 0.0, 1.0),
+        rec("rl.async_grpo.generation", "4", 0.0, 0.9),
+        rec("rl.async_grpo.reward", "5", 0.9, 1.0),
+        rec("rl.async_grpo.rollout", "6", 1.0, 2.6),
+        rec("rl.async_grpo.generation", "7", 1.0, 2.5),
+        rec("rl.async_grpo.reward", "8", 2.5, 2.6),
+        rec("rl.async_grpo.wait_for_weights", "9", 2.6, 4.0),
+    ]
+    result = compute_collector_breakdown(spans)
+    assert result.span_s == pytest.approx(4.0)
+    assert result.phases["rl.async_grpo.rollout"] == (2, pytest.approx(2.6))
+    assert result.phases["rl.async_grpo.wait_for_weights"] == (1, pytest.approx(1.4))
+    assert result.generation_s == pytest.approx(2.4)
+    assert result.overlap_s == pytest.approx(1.5) and result.trainer_wait_s == pytest.approx(1.0)
+    text = str(result)
+    assert "rl.async_grpo.wait_for_weights" in text and "overlap: 1.500 s of 2.400 s" in text
+    assert "collector: no rl.async_grpo.rollout" in str(compute_collector_breakdown([]))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 import warnings
 import weakref
 from collections.abc import Callable, Sequence
@@ -42,17 +43,19 @@ from opentelemetry.sdk.trace.export import (
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 
 from spanspec import metrics as spanspec_metrics
-from spanspec._file_exporter import FileLogExporter, FileMetricExporter, FileSpanExporter
-from spanspec.export import (
+from spanspec.export._file_exporter import FileLogExporter, FileMetricExporter, FileSpanExporter
+from spanspec.export._stats import (
     LOG_QUEUE_SIZE,
     METRIC_INTERVAL_MS,
     SCHEDULE_DELAY_MS,
     SPAN_BATCH_SIZE,
     SPAN_QUEUE_SIZE,
     TRUNCATED_ATTRIBUTE,
+    ExportCpu,
     PipelineStats,
 )
 from spanspec.settings import Settings
+from spanspec.watchdog import OpenSpan
 
 _log = logging.getLogger("spanspec.export")
 
@@ -84,6 +87,7 @@ class OpenSpans(SpanProcessor):
     def __init__(self) -> None:
         self._open: dict[int, Span] = {}
         self.truncated = 0
+        self.ended = 0  # spans ended in this process, exported or not
         ref = weakref.ref(self)
         os.register_at_fork(after_in_child=lambda: _forget(ref))
 
@@ -92,7 +96,19 @@ class OpenSpans(SpanProcessor):
 
     def on_end(self, span: ReadableSpan) -> None:
         self._open.pop(span.context.span_id, None)
+        self.ended += 1
         spanspec_metrics.span_ended(span.name, span.start_time, span.end_time, span.attributes)
+
+    def snapshot(self) -> list[OpenSpan]:
+        """The spans open now, for the stall watchdog's warning."""
+        now = time.time_ns()
+        out = []
+        for span in list(self._open.values()):
+            parent = span.parent.span_id if span.parent is not None else None
+            out.append(
+                OpenSpan(span.name, span.context.span_id, parent, (now - span.start_time) / 1e9)
+            )
+        return out
 
     def end_all(self) -> int:
         """End every open span with ``spanspec.truncated=true``; return how many."""
@@ -113,14 +129,16 @@ def _forget(ref: weakref.ref[OpenSpans]) -> None:
     tracker = ref()
     if tracker is not None:
         tracker._open.clear()
+        tracker.ended = 0
 
 
 class _Guard:
     """Counts an exporter's results and warns once, naming the destination, when it fails."""
 
-    def __init__(self, inner: Any, stats: PipelineStats) -> None:
+    def __init__(self, inner: Any, stats: PipelineStats, cpu: ExportCpu | None = None) -> None:
         self.inner = inner
         self.stats = stats
+        self.cpu = cpu
         self._warned = False
         self._failing = False
         self.closed = False  # after shutdown the final report has spoken; stay quiet
@@ -129,10 +147,13 @@ class _Guard:
         stats = self.stats
         stats.submitted += count
         error = None
+        started_cpu = time.thread_time()
         try:
             result = call()
         except Exception as exc:  # an exporter must never take the export thread down
             result, error = None, exc
+        if self.cpu is not None:
+            self.cpu.exported(started_cpu)
         if result == success:
             stats.exported += count
             if self._failing and not self.closed:
@@ -187,12 +208,17 @@ class GuardedMetricExporter(MetricExporter):
     def export(
         self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
     ) -> MetricExportResult:
-        self._guard.stats.ended += 1
+        stats = self._guard.stats
+        stats.ended += 1
+        points = _data_points(metrics_data)
+        stats.points_submitted += points
         result = self._guard.run(
             1,
             lambda: self.inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs),
             MetricExportResult.SUCCESS,
         )
+        if result is not None:
+            stats.points_exported += points
         return result if result is not None else MetricExportResult.FAILURE
 
     def force_flush(self, timeout_millis: float = 10_000) -> bool:
@@ -200,6 +226,15 @@ class GuardedMetricExporter(MetricExporter):
 
     def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
         self.inner.shutdown(timeout_millis=timeout_millis)
+
+
+def _data_points(metrics_data: MetricsData) -> int:
+    return sum(
+        len(metric.data.data_points)
+        for rm in metrics_data.resource_metrics
+        for sm in rm.scope_metrics
+        for metric in sm.metrics
+    )
 
 
 class GuardedLogExporter(LogRecordExporter):
@@ -348,6 +383,7 @@ class Built:
     open_spans: OpenSpans
     exporters: list[Any] = field(default_factory=list)
     guards: list[_Guard] = field(default_factory=list)
+    cpu: ExportCpu = field(default_factory=ExportCpu)
 
 
 def build(
@@ -371,6 +407,7 @@ def build(
         exporter = _exporter(name, signal_name, settings, protocols)
         stats = pipeline(signal_name, name)
         wrapped = wrapper(exporter, stats)
+        wrapped._guard.cpu = built.cpu
         built.exporters.append(exporter)
         built.guards.append(wrapped._guard)
         return wrapped, stats

@@ -1,0 +1,655 @@
+"""GRPO, asynchronous: a trajectory collector samples ahead with the newest weights it has while
+the trainer trains on what it sampled before.
+
+Three processes:
+
+- ``TrajectoryCollector`` (a Ray actor) owns a torch generation model, the prompt order and the
+  environment. In a loop it samples one step's groups, scores them, and pushes them, tagged with
+  the weight version they were sampled with and their rollout span, into
+- ``ReplayBuffer`` (a Ray actor): a bounded first-in-first-out queue of groups. ``take`` hands out
+  one step's groups no older than the trainer allows; older ones are dropped and counted.
+- The trainer (this driver) runs ``async_grpo_train``: per step it waits for a batch, then
+  log-probs, reference, advantage, policy update and weight sync, with GRPO's math
+  (``grpo.step_metrics``, ``advantages``, ``ClippedPGLoss``).
+
+Staleness: a group sampled with weight version ``v`` (the weights after ``v`` training steps) may
+be trained on at step ``t`` when ``t - v <= max_trajectory_age_steps``. The collector samples for
+step ``t`` only when ``t <= v + max_trajectory_age_steps`` and the buffer has room, else it waits
+(``rl.async_grpo.wait_for_weights``); so in a steady run nothing is dropped, and with
+``max_trajectory_age_steps=0`` it is synchronous GRPO with rollouts in another process. Weights
+are delivered while the collector keeps sampling; it loads them between two rollouts, and only
+that load pauses it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+import torch
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+
+import spanspec
+from nemo_rl.algorithms.advantages import group_normalized_advantages
+from nemo_rl.algorithms.common import (
+    RunSummary,
+    Task,
+    checkpoint_manager,
+    encode_prompts,
+    exact_match,
+    make_task,
+    num_micro_batches,
+    read_checkpoint,
+    score_responses,
+    spawn_policy,
+    stop_workers,
+    wait_ready,
+    write_checkpoint,
+)
+from nemo_rl.algorithms.grpo import GRPOConfig, RolloutRunConfig, log_step, step_metrics
+from nemo_rl.algorithms.loss_functions import ClippedPGLoss
+from nemo_rl.data import PromptIterator
+from nemo_rl.distributed import (
+    SpanRef,
+    WorkerDied,
+    call,
+    carries_trace,
+    init_ray,
+    span_ref,
+    spawn_actor,
+)
+from nemo_rl.models.generation.interface import GenerationOutput, num_bytes
+from nemo_rl.models.generation.torch_backend import TorchGeneration
+from nemo_rl.utils.checkpoint import CheckpointManager
+from nemo_rl.utils.logger import Logger
+from nemo_rl.utils.timer import Timer, annotate
+
+__all__ = [
+    "AsyncGRPOConfig",
+    "AsyncGRPOSetup",
+    "MasterConfig",
+    "ReplayBuffer",
+    "TrajectoryCollector",
+    "TrajectoryGroup",
+    "async_grpo_train",
+    "run",
+    "setup",
+    "teardown",
+]
+
+POLL_S = 0.5
+"""How long one ``ReplayBuffer.take`` waits before the trainer checks that the collector lives."""
+
+
+# -- config -------------------------------------------------------------------------------------
+
+
+class AsyncGRPOConfig(GRPOConfig):
+    """The outer loop: GRPO's keys, plus how far ahead the collector may sample."""
+
+    max_trajectory_age_steps: int = Field(1, ge=0)
+    """Train on a trajectory at most this many weight versions after the one that sampled it
+    (0: only trajectories of the current weights, i.e. no overlap)."""
+    buffer_size: int = Field(512, ge=1)
+    """Trajectories (responses) the replay buffer holds; at least one step's batch."""
+    collector_timeout_s: float = Field(300.0, gt=0.0)
+    """Fail when the trainer has waited this long for one step's trajectories."""
+
+    @field_validator("buffer_size")
+    @classmethod
+    def _buffer_holds_a_step(cls, value: int, info: ValidationInfo) -> int:
+        prompts, group = (
+            info.data.get("num_prompts_per_step"),
+            info.data.get("num_generations_per_prompt"),
+        )
+        if prompts is not None and group is not None and value < prompts * group:
+            raise ValueError(
+                f"{value} is smaller than one step's batch (num_prompts_per_step x "
+                f"num_generations_per_prompt = {prompts * group}); set it to at least {prompts * group}"
+            )
+        return value
+
+
+class MasterConfig(RolloutRunConfig):
+    """A whole async-GRPO run: ``examples/configs/async_grpo_tiny.yaml`` is one."""
+
+    async_grpo: AsyncGRPOConfig = Field(default_factory=AsyncGRPOConfig)
+    """The outer loop."""
+
+    @model_validator(mode="after")
+    def _torch_generation(self) -> MasterConfig:
+        if self.generation.backend != "torch":
+            raise ValueError(
+                f"generation.backend={self.generation.backend!r}: the async-GRPO collector "
+                "samples with the torch backend only; set generation.backend=torch"
+            )
+        return self
+
+
+# -- the replay buffer and the collector (Ray actors) ---------------------------------------------
+
+
+@dataclass
+class TrajectoryGroup:
+    """One prompt's group of responses, as the collector sampled and scored it."""
+
+    output_ids: torch.Tensor
+    """``[G, T]`` left-padded prompt plus response."""
+    attention_mask: torch.Tensor
+    response_mask: torch.Tensor
+    rewards: torch.Tensor
+    """``[G]``."""
+    exact: float
+    """Exact-match share of the rollout the group came from."""
+    weight_version: int
+    """Training steps in the weights that sampled it."""
+    rollout: SpanRef | None
+    """The ``rl.async_grpo.rollout`` span that produced it (None when that group is off)."""
+
+
+class ReplayBuffer:
+    """A bounded queue of ``TrajectoryGroup``, oldest first; a threaded Ray actor."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._groups: deque[TrajectoryGroup] = deque()
+        self._changed = threading.Condition()
+
+    def size(self) -> int:
+        """Returns the trajectories (responses) waiting."""
+        with self._changed:
+            return self._size()
+
+    def _size(self) -> int:
+        return sum(len(g.rewards) for g in self._groups)
+
+    def put(self, groups: list[TrajectoryGroup]) -> int:
+        """Appends ``groups``; returns the trajectories waiting. Raises ``ValueError`` when they
+        do not fit (the collector checks ``size`` first)."""
+        with self._changed:
+            new = sum(len(g.rewards) for g in groups)
+            if self._size() + new > self.capacity:
+                raise ValueError(f"replay buffer full: {self._size()} + {new} > {self.capacity}")
+            self._groups.extend(groups)
+            self._changed.notify_all()
+            return self._size()
+
+    def take(
+        self, n: int, min_version: int, timeout_s: float
+    ) -> tuple[list[TrajectoryGroup], int, int]:
+        """Waits up to ``timeout_s`` for ``n`` groups sampled with weight version ``min_version``
+        or newer, and removes them.
+
+        Returns ``(groups, dropped, left)``: the ``n`` groups (or none when time ran out), the
+        trajectories dropped meanwhile as older than ``min_version``, and the trajectories left.
+        """
+        deadline = time.monotonic() + timeout_s
+        dropped = 0
+        with self._changed:
+            while True:
+                while self._groups and self._groups[0].weight_version < min_version:
+                    dropped += len(self._groups.popleft().rewards)
+                if len(self._groups) >= n:
+                    taken = [self._groups.popleft() for _ in range(n)]
+                    return taken, dropped, self._size()
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return [], dropped, self._size()
+                self._changed.wait(left)
+
+    def close(self) -> None:
+        """Nothing to flush (the buffer emits no telemetry)."""
+
+
+class TrajectoryCollector:
+    """Samples and scores groups in its own process and pushes them into the replay buffer.
+
+    A threaded Ray actor: ``run`` loops in one thread while ``update_weights``, ``generate``
+    (validation) and ``close`` arrive in others.
+    """
+
+    def __init__(self, cfg: MasterConfig, buffer: Any) -> None:
+        a = cfg.async_grpo
+        self.task = make_task(cfg.env, a.seed)
+        tok = self.task.tokenizer
+        # Built from the policy's seed: the same weights as the policy (version 0). Its
+        # constructor starts this process's telemetry as a generation worker.
+        self.model = TorchGeneration(
+            cfg.policy.model,
+            cfg.policy.model_name,
+            cfg.generation,
+            tok.vocab_size,
+            tok.eos_token_id,
+            tok.pad_token_id,
+            a.seed,
+        )
+        self.data = PromptIterator(self.task.train, seed=a.seed)
+        self.buffer = buffer
+        self.seed = a.seed
+        self.P, self.G = a.num_prompts_per_step, a.num_generations_per_prompt
+        self.max_age, self.capacity = a.max_trajectory_age_steps, a.buffer_size
+        self.version = 0
+        self._weights_from: SpanRef | None = None  # the trainer's weight_sync of self.version
+        self._pending: tuple[dict[str, torch.Tensor], int, SpanRef | None] | None = None
+        self._pending_lock = threading.Lock()
+        self._model_lock = threading.Lock()  # one generate or weight load at a time
+        self._arrived = threading.Event()
+        self._stop = threading.Event()
+        self._stopped = threading.Event()
+        self._stopped.set()
+
+    @carries_trace
+    def run(self, start_step: int, end_step: int) -> int:
+        """Samples for steps ``start_step .. end_step - 1`` (or until ``close``); returns how many
+        rollouts it pushed."""
+        self._stopped.clear()
+        target = start_step
+        try:
+            while not self._stop.is_set() and target < end_step:
+                if not self._may_sample(target):
+                    with spanspec.span(
+                        "rl.async_grpo.wait_for_weights",
+                        **{"rl.iteration": target, "rl.async.weight_version": self.version},
+                    ):
+                        while not self._stop.is_set() and not self._may_sample(target):
+                            self._arrived.wait(0.1)  # returns at once when weights arrive
+                    continue
+                self._rollout(target)
+                target += 1
+        finally:
+            self._stopped.set()
+        return target - start_step
+
+    def _may_sample(self, target: int) -> bool:
+        self._load_pending()
+        if target > self.version + self.max_age:
+            return False  # too old by the time step `target` would train on it
+        # The buffer is asked only when the weights are recent enough, so waiting for weights
+        # costs no polling; waiting for room polls it every 0.1 s.
+        return ray.get(self.buffer.size.remote()) + self.P * self.G <= self.capacity
+
+    def _rollout(self, target: int) -> None:
+        P, G, v = self.P, self.G, self.version
+        problems = [p for p in self.data.next_batch(P) for _ in range(G)]
+        input_ids, attention_mask = encode_prompts(self.task, problems)
+        tag = {"rl.iteration": target, "rl.async.weight_version": v}
+        links = [self._weights_from.context()] if self._weights_from else []
+        with spanspec.span(
+            "rl.async_grpo.rollout",
+            links=links,
+            **tag,
+            **{"rl.num_generations_per_prompt": G, "rl.batch_size": P * G},
+        ):
+            rollout = span_ref()
+            with spanspec.span("rl.async_grpo.generation", **tag, **{"rl.batch_size": P * G}) as s:
+                with self._model_lock:
+                    # The sampling seed depends only on the step it is for, as in sync GRPO.
+                    out: GenerationOutput = self.model.generate(
+                        input_ids, attention_mask, seed=self.seed * 1_000_003 + target
+                    )
+                annotate(s, **{"rl.num_tokens": int(out["attention_mask"].sum())})
+            with spanspec.span("rl.async_grpo.reward", **tag) as s:
+                rewards, exact = score_responses(self.task, out, problems, input_ids.shape[1])
+                annotate(s, **{"rl.reward.mean": float(rewards.mean())})
+        groups = [
+            TrajectoryGroup(
+                out["output_ids"][rows],
+                out["attention_mask"][rows],
+                out["response_mask"][rows],
+                rewards[rows],
+                exact,
+                v,
+                rollout,
+            )
+            for rows in (slice(k * G, (k + 1) * G) for k in range(P))
+        ]
+        ray.get(self.buffer.put.remote(groups))
+
+    def _load_pending(self) -> None:
+        with self._pending_lock:
+            pending, self._pending = self._pending, None
+            self._arrived.clear()
+        if pending is not None:
+            state, version, source = pending
+            with self._model_lock:
+                self.model.update_weights(state)
+            self.version, self._weights_from = version, source
+
+    @carries_trace
+    def update_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> int:
+        """Hands over the weights after ``version`` training steps; the sampling loop loads them
+        before its next rollout (a later delivery replaces one not loaded yet). Returns the bytes
+        received."""
+        source = span_ref()  # the trainer's weight_sync span: each rollout links to it
+        with self._pending_lock:
+            self._pending = (state_dict, version, source)
+            self._arrived.set()
+        return num_bytes(state_dict)
+
+    @carries_trace
+    def generate(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, greedy: bool = False
+    ) -> GenerationOutput:
+        """Samples with the newest weights delivered (for validation); see ``TorchGeneration``."""
+        self._load_pending()
+        with self._model_lock:
+            return self.model.generate(input_ids, attention_mask, greedy=greedy)
+
+    @carries_trace
+    def data_state(self) -> dict[str, Any]:
+        """Returns the prompt iterator's position (past the groups already sampled)."""
+        return self.data.state_dict()
+
+    @carries_trace
+    def load_data_state(self, state: dict[str, Any]) -> None:
+        """Continues sampling prompts from a checkpoint's position."""
+        self.data.load_state_dict(state)
+
+    def close(self) -> Any:
+        """Stops the sampling loop (waits for the rollout in progress) and flushes telemetry;
+        returns what this process's telemetry cost."""
+        self._stop.set()
+        self._stopped.wait(timeout=30)
+        return self.model.close()
+
+
+# -- setup --------------------------------------------------------------------------------------
+
+
+@dataclass
+class AsyncGRPOSetup:
+    """Everything the loop needs, built by ``setup``."""
+
+    cfg: MasterConfig
+    task: Task
+    policy: Any
+    """Ray actor handle of a ``PolicyWorker``."""
+    buffer: Any
+    """Ray actor handle of the ``ReplayBuffer``."""
+    collector: Any
+    """Ray actor handle of the ``TrajectoryCollector``."""
+    logger: Logger
+    checkpoints: CheckpointManager | None
+    start_step: int = 0
+    timer: Timer = field(default_factory=Timer)
+    collecting: Any = None
+    """The collector's ``run`` call in flight (an ``ObjectRef``; ready only if it ended)."""
+
+
+def setup(cfg: MasterConfig) -> AsyncGRPOSetup:
+    """Builds the task, the policy worker, the replay buffer and the collector, and resumes from
+    the latest checkpoint when there is one; returns the ``AsyncGRPOSetup``.
+
+    Starts (or joins) Ray if needed. Raises whatever a worker raises while starting.
+    """
+    init_ray(num_cpus=cfg.cluster.num_cpus, address=cfg.cluster.address)
+    a = cfg.async_grpo
+    task = make_task(cfg.env, a.seed)
+    timer = Timer()
+    with timer.span("rl.async_grpo.model_init", **{"rl.model": cfg.policy.model_name}):
+        loss = ClippedPGLoss(a.loss, temperature=cfg.generation.temperature)
+        vocab = task.tokenizer.vocab_size
+        policy = spawn_policy(
+            cfg.policy, cfg.cluster, vocab, a.seed, loss, cfg.generation.temperature
+        )
+        buffer = spawn_actor(ReplayBuffer, a.buffer_size, num_cpus=0, max_concurrency=4)
+        collector = spawn_actor(
+            TrajectoryCollector,
+            cfg,
+            buffer,
+            num_cpus=cfg.cluster.worker_num_cpus,
+            max_concurrency=4,
+        )
+        wait_ready(policy, buffer, collector)
+    s = AsyncGRPOSetup(
+        cfg=cfg,
+        task=task,
+        policy=policy,
+        buffer=buffer,
+        collector=collector,
+        logger=None,  # type: ignore[arg-type]  # made below, once the start step is known
+        checkpoints=checkpoint_manager(cfg.checkpointing, cfg.logger),
+        timer=timer,
+    )
+    if s.checkpoints is not None and (latest := s.checkpoints.latest()) is not None:
+        load_checkpoint(s, latest)
+    s.logger = Logger(cfg.logger, a.max_steps, initial_step=s.start_step, desc="async_grpo")
+    if s.start_step:
+        s.logger.print(
+            f"resumed after step {s.start_step}: the replay buffer starts empty (trajectories "
+            "sampled but not trained on before the checkpoint are not restored)"
+        )
+    return s
+
+
+def teardown(s: AsyncGRPOSetup) -> None:
+    """Stops the collector, flushes the workers' telemetry, stops them and closes the logger."""
+    stop_workers(s.collector, s.policy, s.buffer)
+    if s.logger is not None:
+        s.logger.close()
+
+
+def run(cfg: MasterConfig, job_attributes: dict[str, Any]) -> RunSummary:
+    """The whole job inside its ``rl.async_grpo.job`` span: setup, train, teardown; returns the
+    summary."""
+    with spanspec.span("rl.async_grpo.job", **job_attributes):
+        s = setup(cfg)
+        try:
+            return async_grpo_train(s)
+        finally:
+            teardown(s)
+
+
+# -- the loop -----------------------------------------------------------------------------------
+
+
+def async_grpo_train(s: AsyncGRPOSetup) -> RunSummary:
+    """Runs steps ``s.start_step .. async_grpo.max_steps - 1`` on trajectories the collector
+    samples meanwhile; returns a summary of the run (``curves["reward"]``, ``validation``).
+
+    Raises ``WorkerDied`` naming the collector when it dies or produces nothing for
+    ``async_grpo.collector_timeout_s``.
+    """
+    cfg, timer, a = s.cfg, s.timer, s.cfg.async_grpo
+    P, G = a.num_prompts_per_step, a.num_generations_per_prompt
+    summary = RunSummary(start_step=s.start_step)
+    if s.start_step >= a.max_steps:
+        s.logger.print(
+            f"resumed after step {s.start_step}: async_grpo.max_steps={a.max_steps} is reached, "
+            "nothing to train (raise async_grpo.max_steps, or start in a new logger.log_dir)"
+        )
+        return summary
+    if a.val_at_start and s.start_step == 0:
+        accuracy = validate(s, iteration=0)
+        s.logger.log({"accuracy": accuracy}, step=0, prefix="validation")
+        s.logger.print(f"step 0: validation accuracy {accuracy:.3f}")
+        summary.validation.append((0, {"accuracy": accuracy}))
+
+    # From here on the collector samples ahead, in its own process, until teardown.
+    s.collecting = call(s.collector.run, s.start_step, a.max_steps)
+    timer.take()  # start-up time is not part of the first step
+    last_depth = 0  # the buffer starts empty, also on resume
+
+    for step in range(s.start_step, a.max_steps):
+        it = {"rl.iteration": step}
+        with timer.span("rl.async_grpo.step", **it, **{"rl.algorithm": "async_grpo"}) as step_span:
+            # WAIT until the buffer holds one step's groups sampled at most max_age versions ago.
+            with timer.span("rl.async_grpo.wait_for_trajectories", **it) as span:
+                groups, dropped, depth = take_batch(s, step)
+                annotate(span, **{"rl.async.queue_size": depth})
+            age = max(step - g.weight_version for g in groups)
+            annotate(step_span, **{"rl.async.trajectory_age": age, "rl.async.queue_size": depth})
+            if step_span is not None:  # links are known only now, after the wait
+                for rollout in dict.fromkeys(g.rollout for g in groups if g.rollout):
+                    step_span.add_link(rollout.context())
+
+            with timer.span("rl.async_grpo.data_processing", **it, **{"rl.batch_size": P * G}):
+                batch, rewards = collate(groups, s.task.tokenizer.pad_token_id)
+                exact = sum(g.exact for g in groups) / len(groups)
+                num_tokens = int(batch["attention_mask"].sum())
+            batch_ref = ray.put(batch)
+            with timer.span("rl.async_grpo.logprob", **it, **{"rl.batch_size": P * G}):
+                batch["prev_logprobs"] = ray.get(call(s.policy.get_logprobs, batch_ref))
+            with timer.span("rl.async_grpo.reference_policy", **it, **{"rl.batch_size": P * G}):
+                batch["ref_logprobs"] = ray.get(call(s.policy.get_reference_logprobs, batch_ref))
+            with timer.span("rl.async_grpo.advantage", **it):
+                batch["advantages"] = group_normalized_advantages(
+                    rewards, G, normalize_std=a.normalize_rewards
+                )
+            n_micro = num_micro_batches(cfg.policy, P * G)
+            size = {"rl.batch_size": P * G, "rl.num_micro_batches": n_micro}
+            with timer.span("rl.async_grpo.policy_update", **it, **size):
+                train_metrics = ray.get(call(s.policy.train, batch))
+
+            # WEIGHT SYNC: version step + 1 goes to the collector, which keeps sampling meanwhile.
+            with timer.span("rl.async_grpo.weight_sync", **it) as span:
+                weights = call(s.collector.update_weights, call(s.policy.state_dict), step + 1)
+                annotate(span, **{"rl.weight_sync.num_bytes": ask_collector(s, weights)})
+
+            done = step + 1
+            if a.val_period and done % a.val_period == 0:
+                accuracy = validate(s, iteration=step)
+                summary.validation.append((done, {"accuracy": accuracy}))
+            if s.checkpoints is not None and (
+                done % cfg.checkpointing.save_period == 0 or done == a.max_steps
+            ):
+                save_checkpoint(s, iteration=step)
+
+        timing = timer.take()
+        step_time = timing["rl.async_grpo.step"]
+        metrics = step_metrics(
+            rewards, exact, batch["response_mask"], train_metrics, num_tokens, step_time
+        )
+        # queue_delta feeds the up-down counter rl.async.queue_size (whose value is the depth).
+        queue = {"queue_size": depth, "queue_delta": depth - last_depth}
+        s.logger.log(
+            {**queue, "dropped_stale": dropped, "trajectory_age": age}, step=done, prefix="async"
+        )
+        last_depth = depth
+        log_step(s.logger, summary, done, metrics, timing, step_time)
+    return summary
+
+
+# -- phases used by the loop --------------------------------------------------------------------
+
+
+def take_batch(s: AsyncGRPOSetup, step: int) -> tuple[list[TrajectoryGroup], int, int]:
+    """Returns ``(groups, dropped, left)`` for ``step``: one step's groups sampled at most
+    ``max_trajectory_age_steps`` weight versions ago, the trajectories dropped as older, and
+    the trajectories left in the buffer.
+
+    Raises ``WorkerDied`` naming the collector (or the buffer) when it died, stopped, or gave
+    nothing for ``collector_timeout_s``; every wait is bounded.
+    """
+    a = s.cfg.async_grpo
+    since, dropped = time.monotonic(), 0
+    while True:
+        try:
+            groups, d, left = ray.get(
+                s.buffer.take.remote(
+                    a.num_prompts_per_step, step - a.max_trajectory_age_steps, POLL_S
+                ),
+                timeout=POLL_S + 30,
+            )
+        except (RayActorError, GetTimeoutError) as e:
+            raise WorkerDied(
+                f"the replay buffer actor stopped answering: {_first_line(e)}"
+            ) from None
+        dropped += d
+        if groups:
+            return groups, dropped, left
+        check_collector(s)
+        if time.monotonic() - since > a.collector_timeout_s:
+            raise WorkerDied(
+                f"the trajectory collector produced no trajectories for step {step} in "
+                f"{a.collector_timeout_s:.0f} s (async_grpo.collector_timeout_s)"
+            )
+
+
+def check_collector(s: AsyncGRPOSetup) -> None:
+    """Returns if the collector's sampling loop is still running; raises ``WorkerDied`` naming
+    the collector (and why) if it ended."""
+    if s.collecting is None or not ray.wait([s.collecting], timeout=0)[0]:
+        return
+    try:
+        ray.get(s.collecting)
+    except (RayActorError, RayTaskError) as e:
+        raise WorkerDied(f"the trajectory collector died: {_first_line(e)}") from None
+    raise WorkerDied("the trajectory collector stopped sampling before training ended")
+
+
+def ask_collector(s: AsyncGRPOSetup, ref: Any, timeout_s: float = 120.0) -> Any:
+    """Returns the result of a call to the collector; raises ``WorkerDied`` naming the collector
+    if it died or did not answer in ``timeout_s``."""
+    try:
+        return ray.get(ref, timeout=timeout_s)
+    except (RayActorError, GetTimeoutError) as e:
+        raise WorkerDied(f"the trajectory collector died: {_first_line(e)}") from None
+
+
+def collate(
+    groups: list[TrajectoryGroup], pad_id: int
+) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """Returns the training batch of ``groups`` (rows of a group adjacent, left-padded to one
+    length, as rollouts of different steps may differ) and its rewards ``[B]``."""
+    width = max(g.output_ids.shape[1] for g in groups)
+
+    def pad(t: torch.Tensor, value: int) -> torch.Tensor:
+        return torch.nn.functional.pad(t, (width - t.shape[1], 0), value=value)
+
+    batch = {
+        "input_ids": torch.cat([pad(g.output_ids, pad_id) for g in groups]),
+        "attention_mask": torch.cat([pad(g.attention_mask, 0) for g in groups]),
+        "response_mask": torch.cat([pad(g.response_mask, 0) for g in groups]),
+    }
+    return batch, torch.cat([g.rewards for g in groups])
+
+
+def validate(s: AsyncGRPOSetup, iteration: int) -> float:
+    """Returns greedy exact-match accuracy on the held-out problems, sampled by the collector with
+    the newest weights (one ``rl.async_grpo.evaluate`` span)."""
+    problems = s.task.val
+    with s.timer.span(
+        "rl.async_grpo.evaluate",
+        **{"rl.iteration": iteration, "rl.eval.num_samples": len(problems)},
+    ) as span:
+        accuracy = exact_match(s.collector, s.task, problems)
+        annotate(span, **{"rl.eval.accuracy": accuracy})
+    return accuracy
+
+
+def save_checkpoint(s: AsyncGRPOSetup, iteration: int) -> str:
+    """Writes the checkpoint after step ``iteration`` (policy, optimiser, the collector's data
+    position, step, RNG); returns its folder. The buffer's contents are not saved."""
+    assert s.checkpoints is not None
+    done = iteration + 1
+    final = os.path.join(s.checkpoints.root, f"step_{done}")
+    with s.timer.span(
+        "rl.async_grpo.checkpoint",
+        **{"rl.iteration": iteration, "rl.checkpoint.path": final, "rl.checkpoint.step": done},
+    ):
+        data = ask_collector(s, call(s.collector.data_state))
+        return write_checkpoint(s.checkpoints, done, {"policy": s.policy}, data)
+
+
+def load_checkpoint(s: AsyncGRPOSetup, path: str) -> None:
+    """Restores the checkpoint at ``path`` into the policy and the collector (weights as version
+    ``step``, data position); sets ``s.start_step``."""
+    step = CheckpointManager.load_trainer_state(path)["step"]
+    with s.timer.span(
+        "rl.async_grpo.load_checkpoint", **{"rl.checkpoint.path": path, "rl.checkpoint.step": step}
+    ):
+        state = read_checkpoint(path, {"policy": s.policy})
+        ask_collector(s, call(s.collector.load_data_state, state["data"]))
+        ask_collector(s, call(s.collector.update_weights, call(s.policy.state_dict), step))
+        s.start_step = int(state["step"])
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]

@@ -1,0 +1,93 @@
+"""Helpers for tests that run an example in a subprocess and judge the files it leaves: the
+OTLP-JSON trace file and the ``spanspec live-check`` verdict on the run's telemetry folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def attribute_value(v: dict) -> Any:
+    """Returns the Python value of one OTLP-JSON ``AnyValue``."""
+    ((kind, x),) = v.items()
+    return int(x) if kind == "intValue" else x
+
+
+def read_spans(path: Path) -> list[dict]:
+    """Returns every span of an OTLP-JSON lines file, each with ``attrs`` (its attributes) and
+    ``resource`` (its process's resource attributes) as plain dicts."""
+    spans = []
+    for line in path.read_text().splitlines():
+        for rs in json.loads(line)["resourceSpans"]:
+            resource = {
+                a["key"]: attribute_value(a["value"]) for a in rs["resource"].get("attributes", [])
+            }
+            for ss in rs["scopeSpans"]:
+                for s in ss["spans"]:
+                    s["attrs"] = {
+                        a["key"]: attribute_value(a["value"]) for a in s.get("attributes", [])
+                    }
+                    s["resource"] = resource
+                    spans.append(s)
+    return spans
+
+
+def clean_env() -> dict[str, str]:
+    """Returns this process's environment without telemetry settings or a Ray address, so an
+    example run reads only its config and overrides."""
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("NEMO_RL_OTEL_", "NEMO_LENS_", "OTEL_", "RAY_ADDRESS"))
+    }
+
+
+def run_example(script: str, *args: str, timeout: int = 240) -> subprocess.CompletedProcess:
+    """Runs ``examples/<script>`` with ``args`` from the repo root; asserts it exits 0."""
+    cmd = [sys.executable, f"examples/{script}", *args]
+    proc = subprocess.run(
+        cmd, cwd=ROOT, env=clean_env(), capture_output=True, text=True, timeout=timeout
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return proc
+
+
+def live_check(telemetry_dir: Path) -> dict:
+    """Runs ``spanspec live-check <telemetry_dir> --format json``; asserts it passes and returns
+    its summary."""
+    script = Path(sys.executable).with_name("spanspec")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "spanspec.cli"]
+    proc = subprocess.run(
+        [*command, "live-check", str(telemetry_dir), "--format", "json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = json.loads(proc.stdout)["summary"]
+    assert summary["ok"] and summary["violations"] == 0
+    assert summary["spans_checked"] == summary["spans"] > 0
+    return summary
+
+
+def step_traces(spans: list[dict], step_name: str) -> list[tuple[dict, dict[str, list[dict]]]]:
+    """Returns each ``step_name`` span in iteration order with its trace's spans by name."""
+    steps = sorted(
+        (s for s in spans if s["name"] == step_name), key=lambda s: s["attrs"]["rl.iteration"]
+    )
+    out = []
+    for step in steps:
+        names: dict[str, list[dict]] = defaultdict(list)
+        for s in spans:
+            if s["traceId"] == step["traceId"]:
+                names[s["name"]].append(s)
+        out.append((step, names))
+    return out
