@@ -32,9 +32,9 @@ MODES = {
 }
 
 
-def run_once(mode: str, steps: int, folder: Path) -> tuple[float, float]:
-    """Runs the job once; returns ``(median step seconds, wall seconds)``. Raises on failure."""
-    log_dir = folder / f"{mode}_{time.monotonic_ns()}"
+def run_job(overrides: list[str], steps: int, log_dir: Path) -> tuple[list[dict], float]:
+    """Runs ``examples/run_grpo.py`` once with ``overrides`` (no validation, no checkpoints);
+    returns its ``metrics.jsonl`` rows and its wall seconds. Raises ``RuntimeError`` on failure."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NEMO_RL_OTEL_", "NEMO_LENS_"))}
     cmd = [
         sys.executable,
@@ -45,16 +45,27 @@ def run_once(mode: str, steps: int, folder: Path) -> tuple[float, float]:
         "grpo.val_period=0",
         "grpo.val_at_start=false",
         "checkpointing.enabled=false",
-        *MODES[mode],
+        *overrides,
     ]
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - start
     if proc.returncode != 0:
-        raise RuntimeError(f"{mode} run failed:\n{proc.stderr[-3000:]}")
+        raise RuntimeError(f"{' '.join(overrides)} run failed:\n{proc.stderr[-3000:]}")
     rows = [json.loads(line) for line in (log_dir / "metrics.jsonl").read_text().splitlines()]
-    steps_s = [r["timing/rl.grpo.step"] for r in rows if "timing/rl.grpo.step" in r]
-    return statistics.median(steps_s[1:] or steps_s), wall  # step 1 warms up the workers
+    return rows, wall
+
+
+def median_after_warmup(rows: list[dict], key: str) -> float:
+    """Returns the median of ``key`` over the steps after the first (step 1 warms the workers up)."""
+    values = [r[key] for r in rows if key in r]
+    return statistics.median(values[1:] or values)
+
+
+def run_once(mode: str, steps: int, folder: Path) -> tuple[float, float]:
+    """Runs the job once; returns ``(median step seconds, wall seconds)``. Raises on failure."""
+    rows, wall = run_job(MODES[mode], steps, folder / f"{mode}_{time.monotonic_ns()}")
+    return median_after_warmup(rows, "timing/rl.grpo.step"), wall
 
 
 def main(argv: list[str] | None = None) -> int:

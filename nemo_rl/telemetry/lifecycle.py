@@ -389,18 +389,21 @@ def record_metrics(metrics: Mapping[str, Any], prefix: str = "") -> int:
         return 0
 
 
-def record_token_usage(input_tokens: int, output_tokens: int, system: str = "torch") -> None:
-    """Record one generation call's ``gen_ai.client.token.usage`` (input and output points)."""
+def record_token_usage(
+    input_tokens: int, output_tokens: int, system: str = "torch", model: str | None = None
+) -> None:
+    """Record one generation call's ``gen_ai.client.token.usage`` (input and output points).
+
+    The points carry ``gen_ai.token.type``, ``gen_ai.system``, ``gen_ai.operation.name`` and,
+    when given, ``gen_ai.request.model``, as the OpenTelemetry GenAI conventions ask.
+    """
+    labels = {"gen_ai.system": system, "gen_ai.operation.name": "text_completion"}
+    if model:
+        labels["gen_ai.request.model"] = model
     try:
-        spanspec_metrics.record(
-            "gen_ai.client.token.usage",
-            input_tokens,
-            {"gen_ai.token.type": "input", "gen_ai.system": system},
-        )
-        spanspec_metrics.record(
-            "gen_ai.client.token.usage",
-            output_tokens,
-            {"gen_ai.token.type": "output", "gen_ai.system": system},
-        )
+        for kind, count in (("input", input_tokens), ("output", output_tokens)):
+            spanspec_metrics.record(
+                "gen_ai.client.token.usage", count, {"gen_ai.token.type": kind, **labels}
+            )
     except Exception:
         _log.warning("telemetry: record_token_usage failed", exc_info=True)

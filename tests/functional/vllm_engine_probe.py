@@ -1,0 +1,90 @@
+"""Drives one real vLLM engine (``VllmGeneration`` in-process) the way GRPO does, and prints what
+it saw as one JSON line: run by tests/functional/test_vllm_real.py in a subprocess, so vLLM's
+process-wide state (its tracer provider, its patched ``torch.set_num_threads``) stays out of the
+pytest process.
+
+    python tests/functional/vllm_engine_probe.py OUT_DIR
+
+Telemetry comes from the env (the test sets the OTLP endpoint and protocol vLLM exports to).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+import spanspec
+from nemo_rl.data import CharTokenizer, left_pad
+from nemo_rl.models.causal_lm import ModelConfig, build_causal_lm, token_logprobs
+from nemo_rl.models.generation.interface import GenerationConfig
+from nemo_rl.telemetry import init_telemetry_driver, shutdown_telemetry
+
+TEMPERATURE = 0.8
+PROMPTS = ["42+7=", "3+5=", "10+9=", "71+2="]
+
+
+def _max_gap(model: torch.nn.Module, out: dict) -> float:
+    # The engine's log-probs of its sampled tokens vs the torch policy's for the same sequences.
+    ref = token_logprobs(model, out["output_ids"], out["attention_mask"], TEMPERATURE)
+    mask = out["response_mask"].bool()
+    return float((ref[mask] - out["logprobs"][mask]).abs().max())
+
+
+def main(out_dir: Path) -> None:
+    from nemo_rl.models.generation.vllm_backend import VllmGeneration
+
+    tok = CharTokenizer()
+    cfg = ModelConfig()
+    policy = build_causal_lm(cfg, tok.vocab_size, seed=42).eval()
+    other = build_causal_lm(cfg, tok.vocab_size, seed=7).eval()
+    policy.save_pretrained(out_dir / "hf")
+    handle = init_telemetry_driver(
+        {
+            "logger": {"log_dir": str(out_dir)},
+            "policy": {"model_name": "tiny-llama"},
+            "telemetry": {
+                "exporter": "file",
+                "span_groups": "all",
+                "vllm_native_tracing": True,
+            },
+        },
+        "grpo",
+    )
+    start = time.perf_counter()
+    gen = VllmGeneration(
+        str(out_dir / "hf"),
+        "tiny-llama",
+        GenerationConfig(backend="vllm", max_new_tokens=3, temperature=TEMPERATURE),
+        tok,
+        seed=0,
+    )
+    start_s = time.perf_counter() - start
+    ids, mask = left_pad([tok.encode(p, add_bos=True) for p in PROMPTS * 4], tok.pad_token_id)
+    result: dict = {"engine_start_s": start_s, "run_id": handle.settings.run_id}
+    with torch.no_grad():
+        with spanspec.span("rl.grpo.generation", **{"rl.iteration": 0}) as step:
+            result["step_trace_id"] = f"{step.get_span_context().trace_id:032x}"
+            before = gen.generate(ids, mask, seed=5)
+        result["gap_before_sync"] = _max_gap(policy, before)
+        result["response_tokens"] = int(before["response_mask"].sum())
+        # Four copies of each prompt, one seed each: the copies are not all one sample.
+        rows = [tuple(r) for r in before["output_ids"][:, ids.shape[1] :].tolist()]
+        result["distinct_responses"] = len(set(rows))
+        result["sync_bytes"] = gen.update_weights(
+            {k: v.clone() for k, v in other.state_dict().items()}
+        )
+        after = gen.generate(ids, mask, seed=5)
+        result["gap_after_sync_new_weights"] = _max_gap(other, after)
+        result["gap_after_sync_old_weights"] = _max_gap(policy, after)
+        result["texts"] = gen.generate_text(PROMPTS[:2])
+    gen.close()
+    shutdown_telemetry()
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":  # vLLM may start worker processes: the entry script needs the guard
+    main(Path(sys.argv[1]))
