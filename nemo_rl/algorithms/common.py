@@ -16,7 +16,7 @@ import ray
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from nemo_rl.data import CharTokenizer, left_pad
+from nemo_rl.data import CharTokenizer, PromptIterator, left_pad
 from nemo_rl.distributed import call, spawn_actor
 from nemo_rl.environments import ArithmeticEnvironment, Problem, make_problems
 from nemo_rl.models.causal_lm import ModelConfig
@@ -29,7 +29,7 @@ from nemo_rl.utils.checkpoint import (
     get_rng_state,
     set_rng_state,
 )
-from nemo_rl.utils.logger import LoggerConfig
+from nemo_rl.utils.logger import Logger, LoggerConfig
 
 __all__ = [
     "ClusterConfig",
@@ -40,13 +40,20 @@ __all__ = [
     "decode_responses",
     "encode_prompts",
     "exact_match",
+    "log_step",
+    "log_validation",
     "make_task",
+    "nothing_left",
     "num_micro_batches",
     "read_checkpoint",
+    "response_batch",
+    "restore_checkpoint",
     "score_responses",
     "spawn_generation",
     "spawn_policy",
+    "step_seed",
     "stop_workers",
+    "sync_weights",
     "wait_ready",
     "write_checkpoint",
 ]
@@ -125,6 +132,22 @@ def score_responses(
         task.env.is_correct(r, a, st) for r, a, st in zip(responses, answers, stopped, strict=True)
     )
     return rewards, exact / len(problems)
+
+
+def response_batch(out: GenerationOutput) -> dict[str, torch.Tensor]:
+    """Returns the training batch of a rollout: ``input_ids`` (prompt + response),
+    ``attention_mask`` and ``response_mask`` (the tokens the policy chose)."""
+    return {
+        "input_ids": out["output_ids"],
+        "attention_mask": out["attention_mask"],
+        "response_mask": out["response_mask"],
+    }
+
+
+def step_seed(seed: int, step: int) -> int:
+    """Returns the sampling seed of ``step``: it depends only on the run's seed and the step, so a
+    resumed run samples exactly what the uninterrupted one would have."""
+    return seed * 1_000_003 + step
 
 
 def exact_match(generation: Any, task: Task, problems: Sequence[Problem]) -> float:
@@ -220,6 +243,11 @@ def stop_workers(*actors: Any) -> None:
         ray.kill(a)
 
 
+def sync_weights(generation: Any, policy: Any) -> int:
+    """Sends the weights of the ``policy`` actor to the ``generation`` actor; returns the bytes sent."""
+    return ray.get(call(generation.update_weights, call(policy.state_dict)))
+
+
 def num_micro_batches(cfg: PolicyConfig, batch_size: int) -> int:
     """Returns how many micro-batches ``PolicyWorker.train`` runs for ``batch_size`` sequences."""
     per_pass = 0
@@ -262,6 +290,17 @@ def read_checkpoint(path: str, workers: dict[str, Any]) -> dict[str, Any]:
     return state
 
 
+def restore_checkpoint(
+    path: str, workers: dict[str, Any], generation: Any, data: PromptIterator[Problem]
+) -> int:
+    """Restores checkpoint ``path`` into the workers (``workers["policy"]``'s weights then go to
+    ``generation``), the data iterator and the driver's RNG; returns the step it was taken after."""
+    state = read_checkpoint(path, workers)
+    sync_weights(generation, workers["policy"])
+    data.load_state_dict(state["data"])
+    return int(state["step"])
+
+
 # -- the run summary ------------------------------------------------------------------------------
 
 
@@ -296,3 +335,44 @@ class RunSummary:
             points = [(st, vals[m]) for st, vals in self.validation if m in vals]
             out.append(f"validation {m}: " + ", ".join(f"step {st} {v:.3f}" for st, v in points))
         return out + self.notes
+
+
+# -- logging a step -------------------------------------------------------------------------------
+
+
+def nothing_left(logger: Logger, section: str, start_step: int, max_steps: int) -> bool:
+    """Says so and returns True when a resumed run already reached ``<section>.max_steps``."""
+    if start_step < max_steps:
+        return False
+    logger.print(
+        f"resumed after step {start_step}: {section}.max_steps={max_steps} is reached, "
+        f"nothing to train (raise {section}.max_steps, or start in a new logger.log_dir)"
+    )
+    return True
+
+
+def log_validation(
+    logger: Logger, summary: RunSummary, step: int, metrics: dict[str, float]
+) -> None:
+    """Records one evaluation after ``step`` in the metrics file, on the console and in the summary."""
+    logger.log(metrics, step=step, prefix="validation")
+    logger.print(
+        f"step {step}: validation " + ", ".join(f"{k} {v:.3f}" for k, v in metrics.items())
+    )
+    summary.validation.append((step, metrics))
+
+
+def log_step(
+    logger: Logger,
+    done: int,
+    metrics: dict[str, float],
+    timing: dict[str, float],
+    step_time: float,
+) -> None:
+    """Logs a finished step's ``train/`` metrics (adding ``tokens_per_sec`` when ``num_tokens`` is
+    there) and its ``timing/`` seconds per phase, and moves the progress bar."""
+    if "num_tokens" in metrics:
+        metrics["tokens_per_sec"] = metrics["num_tokens"] / step_time
+    logger.log(metrics, step=done, prefix="train")
+    logger.log(timing, step=done, prefix="timing")
+    logger.progress(done, metrics.get("reward_mean", 0.0), metrics["loss"], step_time)

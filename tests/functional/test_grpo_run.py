@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.loop_runs import read_spans as _read_spans
+
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,24 +37,6 @@ WORKER_PARENT = {
     "rl.worker.optimizer_step": "rl.grpo.policy_update",
     "rl.worker.update_weights": "rl.grpo.weight_sync",
 }
-
-
-def _value(v: dict):
-    ((kind, x),) = v.items()
-    return int(x) if kind == "intValue" else x
-
-
-def _read_spans(path: Path) -> list[dict]:
-    spans = []
-    for line in path.read_text().splitlines():
-        for rs in json.loads(line)["resourceSpans"]:
-            resource = {a["key"]: _value(a["value"]) for a in rs["resource"].get("attributes", [])}
-            for ss in rs["scopeSpans"]:
-                for s in ss["spans"]:
-                    s["attrs"] = {a["key"]: _value(a["value"]) for a in s.get("attributes", [])}
-                    s["resource"] = resource
-                    spans.append(s)
-    return spans
 
 
 @pytest.fixture(scope="module")
