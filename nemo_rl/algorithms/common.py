@@ -8,7 +8,7 @@ blocks (so the code scan sees which loop emits which span); what runs inside the
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +23,7 @@ from nemo_rl.models.causal_lm import ModelConfig
 from nemo_rl.models.generation.interface import GenerationConfig, GenerationOutput
 from nemo_rl.models.generation.torch_backend import TorchGeneration
 from nemo_rl.models.policy import LossFunction, PolicyConfig, PolicyWorker
+from nemo_rl.telemetry import TelemetryConfig
 from nemo_rl.utils.checkpoint import (
     CheckpointConfig,
     CheckpointManager,
@@ -30,16 +31,25 @@ from nemo_rl.utils.checkpoint import (
     set_rng_state,
 )
 from nemo_rl.utils.logger import Logger, LoggerConfig
+from nemo_rl.utils.timer import annotate
 
 __all__ = [
     "ClusterConfig",
     "EnvConfig",
+    "OnPolicyLoopConfig",
+    "RunSections",
     "RunSummary",
     "Task",
+    "batch_attributes",
+    "checkpoint_attributes",
     "checkpoint_manager",
+    "close_run",
     "decode_responses",
+    "draw_prompts",
     "encode_prompts",
     "exact_match",
+    "generate",
+    "is_due",
     "log_step",
     "log_validation",
     "make_task",
@@ -48,12 +58,15 @@ __all__ = [
     "read_checkpoint",
     "response_batch",
     "restore_checkpoint",
+    "resume_attributes",
     "score_responses",
     "spawn_generation",
     "spawn_policy",
+    "spawn_policy_generation",
     "step_seed",
     "stop_workers",
     "sync_weights",
+    "train_in_job",
     "wait_ready",
     "write_checkpoint",
 ]
@@ -88,6 +101,46 @@ class ClusterConfig(BaseModel):
     """Logical CPUs of a local cluster."""
     worker_num_cpus: float = Field(1.0, gt=0.0)
     """CPUs each worker actor asks for (also its torch thread count)."""
+
+
+class OnPolicyLoopConfig(BaseModel):
+    """The outer-loop keys of a loop that samples from its policy each step (PPO, distillation
+    extend it with their own coefficients)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_steps: int = Field(100, ge=1)
+    """Training steps of the run (a resumed run continues up to the same number)."""
+    num_prompts_per_step: int = Field(64, ge=1)
+    """Distinct prompts per step."""
+    num_generations_per_prompt: int = Field(1, ge=1)
+    """Responses sampled per prompt."""
+    val_period: int = Field(25, ge=0)
+    """Validate after every this many steps (0: never, except at the start if asked)."""
+    val_at_start: bool = True
+    """Validate once before the first step (step 0), as the baseline."""
+    seed: int = 42
+    """Seeds the model weights, the data order and every step's sampling."""
+
+
+class RunSections(BaseModel):
+    """The sections every run config has besides its loop's and its models': a loop's
+    ``MasterConfig`` extends it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    generation: GenerationConfig = Field(default_factory=GenerationConfig)
+    """How responses are sampled."""
+    env: EnvConfig = Field(default_factory=EnvConfig)
+    """The task."""
+    checkpointing: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    """Checkpoints and resume."""
+    logger: LoggerConfig = Field(default_factory=LoggerConfig)
+    """Metrics file and console."""
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    """Ray."""
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+    """Traces and metrics (see ``nemo_rl.telemetry``)."""
 
 
 # -- the task -------------------------------------------------------------------------------------
@@ -132,6 +185,34 @@ def score_responses(
         task.env.is_correct(r, a, st) for r, a, st in zip(responses, answers, stopped, strict=True)
     )
     return rewards, exact / len(problems)
+
+
+def draw_prompts(
+    task: Task, data: PromptIterator[Problem], num_prompts: int, num_generations: int
+) -> tuple[list[Problem], torch.Tensor, torch.Tensor]:
+    """Returns the step's problems (each of ``num_prompts`` repeated ``num_generations`` times, a
+    prompt's rows adjacent) and their left-padded ``(input_ids, attention_mask)``."""
+    problems = [p for p in data.next_batch(num_prompts) for _ in range(num_generations)]
+    return (problems, *encode_prompts(task, problems))
+
+
+def batch_attributes(num_prompts: int, num_generations: int) -> dict[str, int]:
+    """The span attributes that size a step's batch (``data_processing`` carries them)."""
+    return {
+        "rl.num_prompts_per_step": num_prompts,
+        "rl.num_generations_per_prompt": num_generations,
+        "rl.batch_size": num_prompts * num_generations,
+    }
+
+
+def generate(
+    generation: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, seed: int, span: Any
+) -> GenerationOutput:
+    """Samples one response per row from the ``generation`` actor with ``seed``; sets the tokens
+    it holds (``rl.num_tokens``) on ``span`` (the loop's generation span, or None)."""
+    out = ray.get(call(generation.generate, input_ids, attention_mask, seed=seed))
+    annotate(span, **{"rl.num_tokens": int(out["attention_mask"].sum())})
+    return out
 
 
 def response_batch(out: GenerationOutput) -> dict[str, torch.Tensor]:
@@ -227,6 +308,21 @@ def spawn_generation(
     )
 
 
+def spawn_policy_generation(cfg: Any, task: Task, seed: int, policy: Any) -> Any:
+    """``spawn_generation`` for a run config with ``generation``, ``policy``, ``cluster`` and
+    ``logger`` sections: the generation actor that samples from ``policy``."""
+    return spawn_generation(
+        cfg.generation,
+        cfg.policy.model,
+        cfg.policy.model_name,
+        cfg.cluster,
+        task.tokenizer,
+        seed,
+        policy,
+        cfg.logger.log_dir,
+    )
+
+
 def wait_ready(*actors: Any) -> None:
     """Returns once every actor has started (raises what a failed constructor raised)."""
     ray.get([a.__ray_ready__.remote() for a in actors])
@@ -246,6 +342,28 @@ def stop_workers(*actors: Any) -> None:
 def sync_weights(generation: Any, policy: Any) -> int:
     """Sends the weights of the ``policy`` actor to the ``generation`` actor; returns the bytes sent."""
     return ray.get(call(generation.update_weights, call(policy.state_dict)))
+
+
+def train_in_job(
+    cfg: Any,
+    setup: Callable[[Any], Any],
+    train: Callable[[Any], Any],
+    teardown: Callable[[Any], None],
+) -> Any:
+    """Runs ``train(setup(cfg))`` and always ``teardown``; returns what ``train`` returned. Each
+    loop's ``run`` calls it inside its own literal ``rl.<algo>.job`` span."""
+    s = setup(cfg)
+    try:
+        return train(s)
+    finally:
+        teardown(s)
+
+
+def close_run(logger: Logger | None, *actors: Any) -> None:
+    """Flushes the actors' telemetry, stops them and closes the run's logger (a loop's teardown)."""
+    stop_workers(*actors)
+    if logger is not None:
+        logger.close()
 
 
 def num_micro_batches(cfg: PolicyConfig, batch_size: int) -> int:
@@ -288,6 +406,28 @@ def read_checkpoint(path: str, workers: dict[str, Any]) -> dict[str, Any]:
     ray.get([call(w.load_checkpoint, os.path.join(path, name)) for name, w in workers.items()])
     set_rng_state(state["rng"])
     return state
+
+
+def is_due(done: int, period: int, last: int | None = None) -> bool:
+    """Whether something every ``period`` steps (0: never) is due after ``done`` steps; with
+    ``last``, also after the run's last step."""
+    return bool(period and done % period == 0) or done == last
+
+
+def checkpoint_attributes(checkpoints: CheckpointManager, iteration: int) -> dict[str, Any]:
+    """The attributes of the checkpoint span after step ``iteration``."""
+    done = iteration + 1
+    return {
+        "rl.iteration": iteration,
+        "rl.checkpoint.path": os.path.join(checkpoints.root, f"step_{done}"),
+        "rl.checkpoint.step": done,
+    }
+
+
+def resume_attributes(path: str) -> dict[str, Any]:
+    """The attributes of the load-checkpoint span restoring ``path``."""
+    step = CheckpointManager.load_trainer_state(path)["step"]
+    return {"rl.checkpoint.path": path, "rl.checkpoint.step": step}
 
 
 def restore_checkpoint(

@@ -17,42 +17,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import ray
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 
 import spanspec
-from nemo_rl.algorithms import grpo
-from nemo_rl.algorithms.common import (
-    ClusterConfig,
-    EnvConfig,
-    RunSummary,
-    Task,
-    checkpoint_manager,
-    encode_prompts,
-    exact_match,
-    log_step,
-    log_validation,
-    make_task,
-    nothing_left,
-    num_micro_batches,
-    response_batch,
-    restore_checkpoint,
-    score_responses,
-    spawn_generation,
-    spawn_policy,
-    step_seed,
-    stop_workers,
-    sync_weights,
-    wait_ready,
-    write_checkpoint,
-)
+from nemo_rl.algorithms import common, grpo
+from nemo_rl.algorithms.common import RunSummary, Task
 from nemo_rl.algorithms.loss_functions import TeacherKLLoss, reverse_kl
 from nemo_rl.data import CharTokenizer, PromptIterator
 from nemo_rl.distributed import call, init_ray
 from nemo_rl.environments import Problem
 from nemo_rl.models.causal_lm import ModelConfig, build_causal_lm
-from nemo_rl.models.generation.interface import GenerationConfig
 from nemo_rl.models.policy import PolicyConfig, read_policy_checkpoint
-from nemo_rl.telemetry import TelemetryConfig
 from nemo_rl.utils.checkpoint import CheckpointConfig, CheckpointManager
 from nemo_rl.utils.config import ConfigError
 from nemo_rl.utils.logger import Logger, LoggerConfig
@@ -75,24 +50,11 @@ __all__ = [
 # -- config -------------------------------------------------------------------------------------
 
 
-class DistillationConfig(BaseModel):
-    """The outer loop."""
-
-    model_config = ConfigDict(extra="forbid")
+class DistillationConfig(common.OnPolicyLoopConfig):
+    """The outer loop (at step 0 the validation also measures the teacher, the target)."""
 
     max_steps: int = Field(60, ge=1)
     """Training steps of the run (a resumed run continues up to the same number)."""
-    num_prompts_per_step: int = Field(64, ge=1)
-    """Distinct prompts per step."""
-    num_generations_per_prompt: int = Field(1, ge=1)
-    """Student samples per prompt."""
-    val_period: int = Field(10, ge=0)
-    """Validate after every this many steps (0: never, except at the start if asked)."""
-    val_at_start: bool = True
-    """Validate once before the first step (step 0): the student's baseline and the teacher's
-    accuracy, the target it moves toward."""
-    seed: int = 42
-    """Seeds the student's weights, the data order and every step's sampling."""
 
 
 def _default_teacher() -> TeacherConfig:
@@ -103,7 +65,7 @@ def _default_student() -> PolicyConfig:
     return PolicyConfig(model=ModelConfig(hidden_size=64, intermediate_size=192, num_layers=2))
 
 
-class MasterConfig(BaseModel):
+class MasterConfig(common.RunSections):
     """A whole distillation run: ``examples/configs/distillation_tiny.yaml`` is one."""
 
     model_config = ConfigDict(extra="forbid")
@@ -117,18 +79,6 @@ class MasterConfig(BaseModel):
     one, ``examples/run_distillation.py`` first trains it with GRPO (``teacher_training``)."""
     teacher_training: grpo.GRPOConfig = Field(default_factory=grpo.GRPOConfig)
     """The GRPO job that trains the teacher when no ``teacher.checkpoint`` is given."""
-    generation: GenerationConfig = Field(default_factory=GenerationConfig)
-    """How the student samples."""
-    env: EnvConfig = Field(default_factory=EnvConfig)
-    """The task."""
-    checkpointing: CheckpointConfig = Field(default_factory=CheckpointConfig)
-    """Checkpoints and resume (the student's; the teacher never changes)."""
-    logger: LoggerConfig = Field(default_factory=LoggerConfig)
-    """Metrics file and console."""
-    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
-    """Ray."""
-    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
-    """Traces and metrics (see ``nemo_rl.telemetry``)."""
 
     @field_validator("policy")
     @classmethod
@@ -244,30 +194,21 @@ def setup(cfg: MasterConfig) -> DistillationSetup:
             ["teacher.checkpoint: not set (examples/run_distillation.py trains a teacher first)"]
         )
     seed = cfg.distillation.seed
-    task = make_task(cfg.env, seed)
+    task = common.make_task(cfg.env, seed)
     vocab = task.tokenizer.vocab_size
     init_ray(num_cpus=cfg.cluster.num_cpus, address=cfg.cluster.address)
     timer = Timer()
     temperature = cfg.generation.temperature
     with timer.span("rl.distillation.model_init", **{"rl.model": cfg.policy.model_name}):
-        student = spawn_policy(
+        student = common.spawn_policy(
             cfg.policy, cfg.cluster, vocab, seed, TeacherKLLoss(temperature), reference=False
         )
         # The teacher scores at the student's sampling temperature, so the two compare alike.
-        teacher = spawn_policy(
+        teacher = common.spawn_policy(
             cfg.teacher, cfg.cluster, vocab, seed, None, temperature, "teacher", reference=False
         )
-        generation = spawn_generation(
-            cfg.generation,
-            cfg.policy.model,
-            cfg.policy.model_name,
-            cfg.cluster,
-            task.tokenizer,
-            seed,
-            student,
-            cfg.logger.log_dir,
-        )
-        wait_ready(student, teacher, generation)
+        generation = common.spawn_policy_generation(cfg, task, seed, student)
+        common.wait_ready(student, teacher, generation)
     s = DistillationSetup(
         cfg=cfg,
         task=task,
@@ -276,17 +217,13 @@ def setup(cfg: MasterConfig) -> DistillationSetup:
         teacher=teacher,
         generation=generation,
         logger=None,  # type: ignore[arg-type]  # made below, once the start step is known
-        checkpoints=checkpoint_manager(cfg.checkpointing, cfg.logger),
+        checkpoints=common.checkpoint_manager(cfg.checkpointing, cfg.logger),
         timer=timer,
     )
     if s.checkpoints is not None and (latest := s.checkpoints.latest()) is not None:
-        step = CheckpointManager.load_trainer_state(latest)["step"]
-        with timer.span(
-            "rl.distillation.load_checkpoint",
-            **{"rl.checkpoint.path": latest, "rl.checkpoint.step": step},
-        ):
+        with timer.span("rl.distillation.load_checkpoint", **common.resume_attributes(latest)):
             workers = {"policy": student}
-            s.start_step = restore_checkpoint(latest, workers, generation, s.train_data)
+            s.start_step = common.restore_checkpoint(latest, workers, generation, s.train_data)
     s.logger = Logger(
         cfg.logger, cfg.distillation.max_steps, initial_step=s.start_step, desc="distillation"
     )
@@ -295,19 +232,13 @@ def setup(cfg: MasterConfig) -> DistillationSetup:
 
 def teardown(s: DistillationSetup) -> None:
     """Flushes the workers' telemetry, stops them and closes the logger."""
-    stop_workers(s.student, s.teacher, s.generation)
-    if s.logger is not None:
-        s.logger.close()
+    common.close_run(s.logger, s.student, s.teacher, s.generation)
 
 
 def run(cfg: MasterConfig, job_attributes: dict[str, Any]) -> RunSummary:
     """The whole job inside its ``rl.distillation.job`` span: setup, train, teardown."""
     with spanspec.span("rl.distillation.job", **job_attributes):
-        s = setup(cfg)
-        try:
-            return distillation_train(s)
-        finally:
-            teardown(s)
+        return common.train_in_job(cfg, setup, distillation_train, teardown)
 
 
 # -- the loop -----------------------------------------------------------------------------------
@@ -322,46 +253,29 @@ def distillation_train(s: DistillationSetup) -> RunSummary:
     """
     cfg, timer = s.cfg, s.timer
     d = cfg.distillation
-    B = d.num_prompts_per_step * d.num_generations_per_prompt
+    sizes = common.batch_attributes(d.num_prompts_per_step, d.num_generations_per_prompt)
+    B = sizes["rl.batch_size"]
     summary = RunSummary(start_step=s.start_step)
-    nothing_left(s.logger, "distillation", s.start_step, d.max_steps)
+    common.nothing_left(s.logger, "distillation", s.start_step, d.max_steps)
     if d.val_at_start and s.start_step == 0:
-        log_validation(s.logger, summary, 0, validate(s, iteration=0, with_teacher=True))
+        common.log_validation(s.logger, summary, 0, validate(s, iteration=0, with_teacher=True))
     timer.take()  # start-up time is not part of step 0
 
     for step in range(s.start_step, d.max_steps):
         it = {"rl.iteration": step}
         with timer.span("rl.distillation.step", **it, **{"rl.algorithm": "distillation"}):
-            with timer.span(
-                "rl.distillation.data_processing",
-                **it,
-                **{
-                    "rl.num_prompts_per_step": d.num_prompts_per_step,
-                    "rl.num_generations_per_prompt": d.num_generations_per_prompt,
-                    "rl.batch_size": B,
-                },
-            ):
-                problems = [
-                    p
-                    for p in s.train_data.next_batch(d.num_prompts_per_step)
-                    for _ in range(d.num_generations_per_prompt)
-                ]
-                prompt_ids, prompt_mask = encode_prompts(s.task, problems)
+            with timer.span("rl.distillation.data_processing", **it, **sizes):
+                problems, prompt_ids, prompt_mask = common.draw_prompts(
+                    s.task, s.train_data, d.num_prompts_per_step, d.num_generations_per_prompt
+                )
 
             # ROLLOUT: the student samples (its score is only reported: the teacher is the signal).
             with timer.span("rl.distillation.rollout", **it, **{"rl.batch_size": B}):
                 with timer.span("rl.distillation.generation", **it, **{"rl.batch_size": B}) as sp:
-                    out = ray.get(
-                        call(
-                            s.generation.generate,
-                            prompt_ids,
-                            prompt_mask,
-                            seed=step_seed(d.seed, step),
-                        )
-                    )
-                    annotate(sp, **{"rl.num_tokens": int(out["attention_mask"].sum())})
-                rewards, exact = score_responses(s.task, out, problems, prompt_ids.shape[1])
-            batch = response_batch(out)
+                    seed = common.step_seed(d.seed, step)
+                    out = common.generate(s.generation, prompt_ids, prompt_mask, seed, sp)
+                rewards, exact = common.score_responses(s.task, out, problems, prompt_ids.shape[1])
+            batch = common.response_batch(out)
             mask = batch["response_mask"]
             batch_ref = ray.put(batch)
 
@@ -376,7 +290,7 @@ def distillation_train(s: DistillationSetup) -> RunSummary:
                 kl = reverse_kl(student, batch["teacher_logprobs"])
                 kl_to_teacher = float((kl * mask).sum() / mask.sum().clamp(min=1))
 
-            n_micro = num_micro_batches(cfg.policy, B)
+            n_micro = common.num_micro_batches(cfg.policy, B)
             with timer.span(
                 "rl.distillation.policy_update",
                 **it,
@@ -384,13 +298,15 @@ def distillation_train(s: DistillationSetup) -> RunSummary:
             ):
                 train_metrics = ray.get(call(s.student.train, batch))
             with timer.span("rl.distillation.weight_sync", **it) as sp:
-                annotate(sp, **{"rl.weight_sync.num_bytes": sync_weights(s.generation, s.student)})
+                annotate(
+                    sp, **{"rl.weight_sync.num_bytes": common.sync_weights(s.generation, s.student)}
+                )
 
             done = step + 1
-            if d.val_period and done % d.val_period == 0:
-                log_validation(s.logger, summary, done, validate(s, iteration=step))
-            if s.checkpoints is not None and (
-                done % cfg.checkpointing.save_period == 0 or done == d.max_steps
+            if common.is_due(done, d.val_period):
+                common.log_validation(s.logger, summary, done, validate(s, iteration=step))
+            if s.checkpoints is not None and common.is_due(
+                done, cfg.checkpointing.save_period, d.max_steps
             ):
                 save_checkpoint(s, iteration=step)
 
@@ -403,7 +319,7 @@ def distillation_train(s: DistillationSetup) -> RunSummary:
             **{k: train_metrics[k] for k in ("loss", "grad_norm", "lr")},
             "num_tokens": int(out["attention_mask"].sum()),
         }
-        log_step(s.logger, done, metrics, timing, timing["rl.distillation.step"])
+        common.log_step(s.logger, done, metrics, timing, timing["rl.distillation.step"])
         summary.add({"kl_to_teacher": kl_to_teacher, "reward": metrics["reward_mean"]})
     return summary
 
@@ -420,7 +336,7 @@ def validate(s: DistillationSetup, iteration: int, with_teacher: bool = False) -
         "rl.distillation.evaluate",
         **{"rl.iteration": iteration, "rl.eval.num_samples": len(problems)},
     ) as span:
-        result = {"accuracy": exact_match(s.generation, s.task, problems)}
+        result = {"accuracy": common.exact_match(s.generation, s.task, problems)}
         annotate(span, **{"rl.eval.accuracy": result["accuracy"]})
         if with_teacher:
             result["teacher_accuracy"] = _teacher_accuracy(s, problems)
@@ -429,7 +345,7 @@ def validate(s: DistillationSetup, iteration: int, with_teacher: bool = False) -
 
 def _teacher_accuracy(s: DistillationSetup, problems: list[Problem]) -> float:
     cfg = s.cfg
-    generation = spawn_generation(
+    generation = common.spawn_generation(
         cfg.generation,
         cfg.teacher.model,
         cfg.teacher.model_name,
@@ -440,22 +356,17 @@ def _teacher_accuracy(s: DistillationSetup, problems: list[Problem]) -> float:
         os.path.join(cfg.logger.log_dir, "teacher_generation"),
     )
     try:
-        sync_weights(generation, s.teacher)
-        return exact_match(generation, s.task, problems)
+        common.sync_weights(generation, s.teacher)
+        return common.exact_match(generation, s.task, problems)
     finally:
-        stop_workers(generation)
+        common.stop_workers(generation)
 
 
 def save_checkpoint(s: DistillationSetup, iteration: int) -> str:
     """Writes the student's checkpoint after step ``iteration`` (weights, optimiser, data
     position, step, RNG); returns its folder."""
     assert s.checkpoints is not None
-    done = iteration + 1
-    path = os.path.join(s.checkpoints.root, f"step_{done}")
-    with s.timer.span(
-        "rl.distillation.checkpoint",
-        **{"rl.iteration": iteration, "rl.checkpoint.path": path, "rl.checkpoint.step": done},
-    ):
-        return write_checkpoint(
-            s.checkpoints, done, {"policy": s.student}, s.train_data.state_dict()
-        )
+    attributes = common.checkpoint_attributes(s.checkpoints, iteration)
+    with s.timer.span("rl.distillation.checkpoint", **attributes):
+        data = s.train_data.state_dict()
+        return common.write_checkpoint(s.checkpoints, iteration + 1, {"policy": s.student}, data)

@@ -21,6 +21,7 @@ from nemo_rl.algorithms.advantages import group_normalized_advantages
 from nemo_rl.algorithms.common import (
     ClusterConfig,
     EnvConfig,
+    RunSections,
     RunSummary,
     Task,
     checkpoint_manager,
@@ -46,11 +47,10 @@ from nemo_rl.algorithms.loss_functions import ClippedPGLoss, ClippedPGLossConfig
 from nemo_rl.data import PromptIterator
 from nemo_rl.distributed import call, init_ray
 from nemo_rl.environments import Problem
-from nemo_rl.models.generation.interface import GenerationConfig, GenerationOutput
+from nemo_rl.models.generation.interface import GenerationOutput
 from nemo_rl.models.policy import PolicyConfig
-from nemo_rl.telemetry import TelemetryConfig
-from nemo_rl.utils.checkpoint import CheckpointConfig, CheckpointManager
-from nemo_rl.utils.logger import Logger, LoggerConfig
+from nemo_rl.utils.checkpoint import CheckpointManager
+from nemo_rl.utils.logger import Logger
 from nemo_rl.utils.timer import Timer, annotate
 
 __all__ = [
@@ -93,7 +93,7 @@ class GRPOConfig(BaseModel):
     """Coefficients of the clipped policy-gradient loss."""
 
 
-class MasterConfig(BaseModel):
+class MasterConfig(RunSections):
     """A whole GRPO run: ``examples/configs/grpo_tiny.yaml`` is one."""
 
     model_config = ConfigDict(extra="forbid")
@@ -102,18 +102,6 @@ class MasterConfig(BaseModel):
     """The outer loop."""
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     """The trained model and its optimiser."""
-    generation: GenerationConfig = Field(default_factory=GenerationConfig)
-    """How responses are sampled."""
-    env: EnvConfig = Field(default_factory=EnvConfig)
-    """The task."""
-    checkpointing: CheckpointConfig = Field(default_factory=CheckpointConfig)
-    """Checkpoints and resume."""
-    logger: LoggerConfig = Field(default_factory=LoggerConfig)
-    """Metrics file and console."""
-    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
-    """Ray."""
-    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
-    """Traces and metrics (see ``nemo_rl.telemetry``)."""
 
 
 # -- setup --------------------------------------------------------------------------------------

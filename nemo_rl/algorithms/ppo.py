@@ -11,44 +11,21 @@ goes through ``call(...)``.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
 import ray
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 import spanspec
+from nemo_rl.algorithms import common
 from nemo_rl.algorithms.advantages import (
     explained_variance,
     gae_advantages,
     masked_whiten,
     state_values,
 )
-from nemo_rl.algorithms.common import (
-    ClusterConfig,
-    EnvConfig,
-    RunSummary,
-    Task,
-    checkpoint_manager,
-    encode_prompts,
-    exact_match,
-    log_step,
-    log_validation,
-    make_task,
-    nothing_left,
-    num_micro_batches,
-    response_batch,
-    restore_checkpoint,
-    score_responses,
-    spawn_generation,
-    spawn_policy,
-    step_seed,
-    stop_workers,
-    sync_weights,
-    wait_ready,
-    write_checkpoint,
-)
+from nemo_rl.algorithms.common import RunSummary, Task
 from nemo_rl.algorithms.loss_functions import (
     ClippedPGLoss,
     ClippedPGLossConfig,
@@ -58,11 +35,9 @@ from nemo_rl.algorithms.loss_functions import (
 from nemo_rl.data import PromptIterator
 from nemo_rl.distributed import call, init_ray
 from nemo_rl.environments import Problem
-from nemo_rl.models.generation.interface import GenerationConfig
 from nemo_rl.models.policy import PolicyConfig
-from nemo_rl.telemetry import TelemetryConfig
-from nemo_rl.utils.checkpoint import CheckpointConfig, CheckpointManager
-from nemo_rl.utils.logger import Logger, LoggerConfig
+from nemo_rl.utils.checkpoint import CheckpointManager
+from nemo_rl.utils.logger import Logger
 from nemo_rl.utils.timer import Timer, annotate
 
 __all__ = ["MasterConfig", "PPOConfig", "PPOSetup", "ppo_train", "run", "setup", "teardown"]
@@ -71,17 +46,10 @@ __all__ = ["MasterConfig", "PPOConfig", "PPOSetup", "ppo_train", "run", "setup",
 # -- config -------------------------------------------------------------------------------------
 
 
-class PPOConfig(BaseModel):
-    """The outer loop and PPO's coefficients."""
+class PPOConfig(common.OnPolicyLoopConfig):
+    """The outer loop and PPO's coefficients; one response per prompt is enough, the value model
+    is the baseline."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    max_steps: int = Field(100, ge=1)
-    """Training steps of the run (a resumed run continues up to the same number)."""
-    num_prompts_per_step: int = Field(64, ge=1)
-    """Distinct prompts per step."""
-    num_generations_per_prompt: int = Field(1, ge=1)
-    """Responses sampled per prompt; one is enough, the value model is the baseline."""
     gamma: float = Field(1.0, ge=0.0, le=1.0)
     """Discount of GAE (per token)."""
     lam: float = Field(0.95, ge=0.0, le=1.0)
@@ -90,19 +58,13 @@ class PPOConfig(BaseModel):
     """Whiten the step's advantages over its response tokens (mean 0, std 1)."""
     critic_warmup_steps: int = Field(0, ge=0)
     """First steps that train only the value model (the policy is left as it is)."""
-    val_period: int = Field(25, ge=0)
-    """Validate after every this many steps (0: never, except at the start if asked)."""
-    val_at_start: bool = True
-    """Validate once before the first step (step 0), as the baseline."""
-    seed: int = 42
-    """Seeds the model weights, the data order and every step's sampling."""
     loss: ClippedPGLossConfig = Field(default_factory=ClippedPGLossConfig)
     """Coefficients of the clipped policy loss."""
     value_loss: ClippedValueLossConfig = Field(default_factory=ClippedValueLossConfig)
     """Coefficients of the clipped value loss."""
 
 
-class MasterConfig(BaseModel):
+class MasterConfig(common.RunSections):
     """A whole PPO run: ``examples/configs/ppo_tiny.yaml`` is one."""
 
     model_config = ConfigDict(extra="forbid")
@@ -113,18 +75,6 @@ class MasterConfig(BaseModel):
     """The trained policy and its optimiser."""
     value: PolicyConfig = Field(default_factory=lambda: PolicyConfig(head="scalar"))
     """The value model (critic) and its optimiser; ``head`` must be ``scalar``."""
-    generation: GenerationConfig = Field(default_factory=GenerationConfig)
-    """How responses are sampled."""
-    env: EnvConfig = Field(default_factory=EnvConfig)
-    """The task."""
-    checkpointing: CheckpointConfig = Field(default_factory=CheckpointConfig)
-    """Checkpoints and resume."""
-    logger: LoggerConfig = Field(default_factory=LoggerConfig)
-    """Metrics file and console."""
-    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
-    """Ray."""
-    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
-    """Traces and metrics (see ``nemo_rl.telemetry``)."""
 
     @field_validator("value")
     @classmethod
@@ -164,15 +114,15 @@ def setup(cfg: MasterConfig) -> PPOSetup:
     """Builds the task, the data, the policy, generation and value workers and the logger, and
     resumes from the latest checkpoint when there is one; returns the ``PPOSetup``."""
     init_ray(num_cpus=cfg.cluster.num_cpus, address=cfg.cluster.address)
-    task = make_task(cfg.env, cfg.ppo.seed)
+    task = common.make_task(cfg.env, cfg.ppo.seed)
     vocab, seed, temperature = task.tokenizer.vocab_size, cfg.ppo.seed, cfg.generation.temperature
     timer = Timer()
     with timer.span("rl.ppo.model_init", **{"rl.model": cfg.policy.model_name}):
-        policy = spawn_policy(
+        policy = common.spawn_policy(
             cfg.policy, cfg.cluster, vocab, seed, ClippedPGLoss(cfg.ppo.loss, temperature)
         )
         # Same seed: with the policy's shape, the critic's trunk starts as the policy's.
-        value = spawn_policy(
+        value = common.spawn_policy(
             cfg.value,
             cfg.cluster,
             vocab,
@@ -181,17 +131,8 @@ def setup(cfg: MasterConfig) -> PPOSetup:
             group="value",
             reference=False,
         )
-        generation = spawn_generation(
-            cfg.generation,
-            cfg.policy.model,
-            cfg.policy.model_name,
-            cfg.cluster,
-            task.tokenizer,
-            seed,
-            policy,
-            cfg.logger.log_dir,
-        )
-        wait_ready(policy, value, generation)
+        generation = common.spawn_policy_generation(cfg, task, seed, policy)
+        common.wait_ready(policy, value, generation)
     s = PPOSetup(
         cfg=cfg,
         task=task,
@@ -200,34 +141,25 @@ def setup(cfg: MasterConfig) -> PPOSetup:
         value=value,
         generation=generation,
         logger=None,  # type: ignore[arg-type]  # made below, once the start step is known
-        checkpoints=checkpoint_manager(cfg.checkpointing, cfg.logger),
+        checkpoints=common.checkpoint_manager(cfg.checkpointing, cfg.logger),
         timer=timer,
     )
     if s.checkpoints is not None and (latest := s.checkpoints.latest()) is not None:
-        step = CheckpointManager.load_trainer_state(latest)["step"]
-        with timer.span(
-            "rl.ppo.load_checkpoint", **{"rl.checkpoint.path": latest, "rl.checkpoint.step": step}
-        ):
-            s.start_step = restore_checkpoint(latest, s.workers(), generation, s.train_data)
+        with timer.span("rl.ppo.load_checkpoint", **common.resume_attributes(latest)):
+            s.start_step = common.restore_checkpoint(latest, s.workers(), generation, s.train_data)
     s.logger = Logger(cfg.logger, cfg.ppo.max_steps, initial_step=s.start_step, desc="ppo")
     return s
 
 
 def teardown(s: PPOSetup) -> None:
     """Flushes the workers' telemetry, stops them and closes the logger."""
-    stop_workers(s.policy, s.value, s.generation)
-    if s.logger is not None:
-        s.logger.close()
+    common.close_run(s.logger, s.policy, s.value, s.generation)
 
 
 def run(cfg: MasterConfig, job_attributes: dict[str, Any]) -> RunSummary:
     """The whole job inside its ``rl.ppo.job`` span: setup, train, teardown; returns the summary."""
     with spanspec.span("rl.ppo.job", **job_attributes):
-        s = setup(cfg)
-        try:
-            return ppo_train(s)
-        finally:
-            teardown(s)
+        return common.train_in_job(cfg, setup, ppo_train, teardown)
 
 
 # -- the loop -----------------------------------------------------------------------------------
@@ -241,49 +173,34 @@ def ppo_train(s: PPOSetup) -> RunSummary:
     """
     cfg, timer = s.cfg, s.timer
     ppo = cfg.ppo
-    B = ppo.num_prompts_per_step * ppo.num_generations_per_prompt
+    sizes = common.batch_attributes(ppo.num_prompts_per_step, ppo.num_generations_per_prompt)
+    B = sizes["rl.batch_size"]
     summary = RunSummary(start_step=s.start_step)
-    nothing_left(s.logger, "ppo", s.start_step, ppo.max_steps)
+    common.nothing_left(s.logger, "ppo", s.start_step, ppo.max_steps)
     if ppo.val_at_start and s.start_step == 0:
-        log_validation(s.logger, summary, 0, {"accuracy": validate(s, iteration=0)})
+        common.log_validation(s.logger, summary, 0, {"accuracy": validate(s, iteration=0)})
     timer.take()  # start-up time is not part of step 0
 
     for step in range(s.start_step, ppo.max_steps):
         it = {"rl.iteration": step}
         train_policy = step >= ppo.critic_warmup_steps
         with timer.span("rl.ppo.step", **it, **{"rl.algorithm": "ppo"}):
-            with timer.span(
-                "rl.ppo.data_processing",
-                **it,
-                **{
-                    "rl.num_prompts_per_step": ppo.num_prompts_per_step,
-                    "rl.num_generations_per_prompt": ppo.num_generations_per_prompt,
-                    "rl.batch_size": B,
-                },
-            ):
-                problems = [
-                    p
-                    for p in s.train_data.next_batch(ppo.num_prompts_per_step)
-                    for _ in range(ppo.num_generations_per_prompt)
-                ]
-                prompt_ids, prompt_mask = encode_prompts(s.task, problems)
+            with timer.span("rl.ppo.data_processing", **it, **sizes):
+                problems, prompt_ids, prompt_mask = common.draw_prompts(
+                    s.task, s.train_data, ppo.num_prompts_per_step, ppo.num_generations_per_prompt
+                )
 
             # ROLLOUT: one sampled response per row, scored by the environment.
             with timer.span("rl.ppo.rollout", **it, **{"rl.batch_size": B}):
                 with timer.span("rl.ppo.generation", **it, **{"rl.batch_size": B}) as span:
-                    out = ray.get(
-                        call(
-                            s.generation.generate,
-                            prompt_ids,
-                            prompt_mask,
-                            seed=step_seed(ppo.seed, step),
-                        )
-                    )
-                    annotate(span, **{"rl.num_tokens": int(out["attention_mask"].sum())})
+                    seed = common.step_seed(ppo.seed, step)
+                    out = common.generate(s.generation, prompt_ids, prompt_mask, seed, span)
                 with timer.span("rl.ppo.reward", **it) as span:
-                    rewards, exact = score_responses(s.task, out, problems, prompt_ids.shape[1])
+                    rewards, exact = common.score_responses(
+                        s.task, out, problems, prompt_ids.shape[1]
+                    )
                     annotate(span, **{"rl.reward.mean": float(rewards.mean())})
-            batch = response_batch(out)
+            batch = common.response_batch(out)
             mask = batch["response_mask"]
             batch_ref = ray.put(batch)  # sent once, read by the value and both log-prob passes
 
@@ -310,7 +227,7 @@ def ppo_train(s: PPOSetup) -> RunSummary:
 
             policy_metrics = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_fraction": 0.0}
             if train_policy:  # after the critic's warm-up
-                n_micro = num_micro_batches(cfg.policy, B)
+                n_micro = common.num_micro_batches(cfg.policy, B)
                 with timer.span(
                     "rl.ppo.policy_update",
                     **it,
@@ -319,14 +236,16 @@ def ppo_train(s: PPOSetup) -> RunSummary:
                     policy_metrics = ray.get(call(s.policy.train, batch))
                 with timer.span("rl.ppo.weight_sync", **it) as span:
                     annotate(
-                        span, **{"rl.weight_sync.num_bytes": sync_weights(s.generation, s.policy)}
+                        span,
+                        **{"rl.weight_sync.num_bytes": common.sync_weights(s.generation, s.policy)},
                     )
 
             done = step + 1
-            if ppo.val_period and done % ppo.val_period == 0:
-                log_validation(s.logger, summary, done, {"accuracy": validate(s, iteration=step)})
-            if s.checkpoints is not None and (
-                done % cfg.checkpointing.save_period == 0 or done == ppo.max_steps
+            if common.is_due(done, ppo.val_period):
+                accuracy = validate(s, iteration=step)
+                common.log_validation(s.logger, summary, done, {"accuracy": accuracy})
+            if s.checkpoints is not None and common.is_due(
+                done, cfg.checkpointing.save_period, ppo.max_steps
             ):
                 save_checkpoint(s, iteration=step)
 
@@ -347,7 +266,7 @@ def ppo_train(s: PPOSetup) -> RunSummary:
         for key in ("grad_norm", "lr"):
             if key in policy_metrics:
                 metrics[key] = policy_metrics[key]
-        log_step(s.logger, done, metrics, timing, timing["rl.ppo.step"])
+        common.log_step(s.logger, done, metrics, timing, timing["rl.ppo.step"])
         summary.add({"reward": metrics["reward_mean"], "value_loss": metrics["value_loss"]})
     return summary
 
@@ -360,7 +279,7 @@ def validate(s: PPOSetup, iteration: int) -> float:
     with s.timer.span(
         "rl.ppo.evaluate", **{"rl.iteration": iteration, "rl.eval.num_samples": len(s.task.val)}
     ) as span:
-        accuracy = exact_match(s.generation, s.task, s.task.val)
+        accuracy = common.exact_match(s.generation, s.task, s.task.val)
         annotate(span, **{"rl.eval.accuracy": accuracy})
     return accuracy
 
@@ -369,10 +288,8 @@ def save_checkpoint(s: PPOSetup, iteration: int) -> str:
     """Writes the checkpoint after step ``iteration``: policy and value model (weights and
     optimiser), data position, step and RNG; returns its folder."""
     assert s.checkpoints is not None
-    done = iteration + 1
-    path = os.path.join(s.checkpoints.root, f"step_{done}")
     with s.timer.span(
-        "rl.ppo.checkpoint",
-        **{"rl.iteration": iteration, "rl.checkpoint.path": path, "rl.checkpoint.step": done},
+        "rl.ppo.checkpoint", **common.checkpoint_attributes(s.checkpoints, iteration)
     ):
-        return write_checkpoint(s.checkpoints, done, s.workers(), s.train_data.state_dict())
+        data = s.train_data.state_dict()
+        return common.write_checkpoint(s.checkpoints, iteration + 1, s.workers(), data)

@@ -114,7 +114,7 @@ def test_groups():
     done = run("groups", "per_step,-generation")
     assert done.returncode == 0
     lines = done.stdout.splitlines()
-    assert lines[0] == "'per_step,-generation': 13 of 17 groups, 65 of 94 spans enabled"
+    assert lines[0] == "'per_step,-generation': 14 of 18 groups, 66 of 95 spans enabled"
     assert any(line.split() == ["step", "-", "preset", "per_step", "7"] for line in lines)
     assert "disabled groups: job, generation, load_checkpoint, model_init" in lines
     assert any(
