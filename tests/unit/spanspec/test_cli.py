@@ -188,8 +188,8 @@ def test_live_check_of_a_truncated_file_is_not_an_error(tmp_path):
     done = run("live-check", str(path), "--level", "improvement")
     assert done.returncode == 0
     assert done.stdout.splitlines()[-1] == (
-        "spanspec live-check: 0 violation(s), 0 improvement(s), 18 information "
-        "(18 below --level improvement not shown)"
+        "spanspec live-check: 0 violation(s), 0 improvement(s), 19 information "
+        "(19 below --level improvement not shown)"
     )
 
 
