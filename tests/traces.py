@@ -49,13 +49,17 @@ def clean_env() -> dict[str, str]:
     }
 
 
-def run_example(script: str, *args: str, timeout: int = 240) -> subprocess.CompletedProcess:
-    """Runs ``examples/<script>`` with ``args`` from the repo root; asserts it exits 0."""
+def run_example(
+    script: str, *args: str, timeout: float = 300, check: bool = True
+) -> subprocess.CompletedProcess:
+    """Runs ``examples/<script>`` with ``args`` from the repo root; with ``check`` (the default)
+    asserts it exits 0."""
     cmd = [sys.executable, f"examples/{script}", *args]
     proc = subprocess.run(
         cmd, cwd=ROOT, env=clean_env(), capture_output=True, text=True, timeout=timeout
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    if check:
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return proc
 
 
@@ -92,3 +96,32 @@ def step_traces(spans: list[dict], step_name: str) -> list[tuple[dict, dict[str,
                 names[s["name"]].append(s)
         out.append((step, names))
     return out
+
+
+def ancestors(span: dict, by_id: dict[str, dict]) -> list[dict]:
+    """The spans above ``span``, nearest first (``by_id``: spanId -> span of the same files)."""
+    out = []
+    while span.get("parentSpanId") and span["parentSpanId"] in by_id:
+        span = by_id[span["parentSpanId"]]
+        out.append(span)
+    return out
+
+
+def step_subtrees(spans: list[dict], step_name: str) -> list[tuple[dict, dict[str, list[dict]]]]:
+    """``(step span, {span name: [spans under it]})`` for every step, in step order.
+
+    "Under" is by parent links, so this works whether a step is the root of its own trace
+    (``per_step``) or sits under the job span (``all``).
+    """
+    by_id = {s["spanId"]: s for s in spans}
+    steps = sorted(
+        (s for s in spans if s["name"] == step_name), key=lambda s: s["attrs"]["rl.iteration"]
+    )
+    under: dict[str, dict[str, list[dict]]] = {s["spanId"]: defaultdict(list) for s in steps}
+    for s in spans:
+        for a in ancestors(s, by_id):
+            if a["spanId"] in under:
+                assert s["traceId"] == a["traceId"], "a span under a step is in the step's trace"
+                under[a["spanId"]][s["name"]].append(s)
+                break
+    return [(step, under[step["spanId"]]) for step in steps]

@@ -43,6 +43,8 @@ from nemo_rl.algorithms.common import (
     checkpoint_manager,
     encode_prompts,
     exact_match,
+    log_step,
+    log_validation,
     make_task,
     num_micro_batches,
     read_checkpoint,
@@ -52,7 +54,7 @@ from nemo_rl.algorithms.common import (
     wait_ready,
     write_checkpoint,
 )
-from nemo_rl.algorithms.grpo import GRPOConfig, RolloutRunConfig, log_step, step_metrics
+from nemo_rl.algorithms.grpo import GRPOConfig, RolloutRunConfig, step_metrics
 from nemo_rl.algorithms.loss_functions import ClippedPGLoss
 from nemo_rl.data import PromptIterator
 from nemo_rl.distributed import (
@@ -466,10 +468,7 @@ def async_grpo_train(s: AsyncGRPOSetup) -> RunSummary:
         )
         return summary
     if a.val_at_start and s.start_step == 0:
-        accuracy = validate(s, iteration=0)
-        s.logger.log({"accuracy": accuracy}, step=0, prefix="validation")
-        s.logger.print(f"step 0: validation accuracy {accuracy:.3f}")
-        summary.validation.append((0, {"accuracy": accuracy}))
+        log_validation(s.logger, summary, 0, {"accuracy": validate(s, iteration=0)})
 
     # From here on the collector samples ahead, in its own process, until teardown.
     s.collecting = call(s.collector.run, s.start_step, a.max_steps)
@@ -514,8 +513,7 @@ def async_grpo_train(s: AsyncGRPOSetup) -> RunSummary:
 
             done = step + 1
             if a.val_period and done % a.val_period == 0:
-                accuracy = validate(s, iteration=step)
-                summary.validation.append((done, {"accuracy": accuracy}))
+                log_validation(s.logger, summary, done, {"accuracy": validate(s, iteration=step)})
             if s.checkpoints is not None and (
                 done % cfg.checkpointing.save_period == 0 or done == a.max_steps
             ):
@@ -523,16 +521,15 @@ def async_grpo_train(s: AsyncGRPOSetup) -> RunSummary:
 
         timing = timer.take()
         step_time = timing["rl.async_grpo.step"]
-        metrics = step_metrics(
-            rewards, exact, batch["response_mask"], train_metrics, num_tokens, step_time
-        )
+        metrics = step_metrics(rewards, exact, batch["response_mask"], train_metrics, num_tokens)
         # queue_delta feeds the up-down counter rl.async.queue_size (whose value is the depth).
         queue = {"queue_size": depth, "queue_delta": depth - last_depth}
         s.logger.log(
             {**queue, "dropped_stale": dropped, "trajectory_age": age}, step=done, prefix="async"
         )
         last_depth = depth
-        log_step(s.logger, summary, done, metrics, timing, step_time)
+        log_step(s.logger, done, metrics, timing, step_time)
+        summary.add({"reward": metrics["reward_mean"]})
     return summary
 
 

@@ -8,7 +8,7 @@ blocks (so the code scan sees which loop emits which span); what runs inside the
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +16,7 @@ import ray
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from nemo_rl.data import CharTokenizer, left_pad
+from nemo_rl.data import CharTokenizer, PromptIterator, left_pad
 from nemo_rl.distributed import call, spawn_actor
 from nemo_rl.distributed.trace_context import remember_pid
 from nemo_rl.environments import ArithmeticEnvironment, Problem, make_problems
@@ -31,27 +31,45 @@ from nemo_rl.utils.checkpoint import (
     get_rng_state,
     set_rng_state,
 )
-from nemo_rl.utils.logger import LoggerConfig
+from nemo_rl.utils.logger import Logger, LoggerConfig
+from nemo_rl.utils.timer import annotate
 
 __all__ = [
     "ClusterConfig",
     "EnvConfig",
     "LoopConfig",
+    "OnPolicyLoopConfig",
     "RunConfig",
+    "RunSections",
     "RunSummary",
     "Task",
+    "batch_attributes",
+    "checkpoint_attributes",
     "checkpoint_manager",
+    "close_run",
     "decode_responses",
+    "draw_prompts",
     "encode_prompts",
     "exact_match",
+    "generate",
+    "is_due",
+    "log_step",
+    "log_validation",
     "make_task",
+    "nothing_left",
     "num_micro_batches",
     "read_checkpoint",
+    "response_batch",
+    "restore_checkpoint",
+    "resume_attributes",
     "score_responses",
     "spawn_generation",
     "spawn_policy",
-    "spawn_run_generation",
+    "spawn_policy_generation",
+    "step_seed",
     "stop_workers",
+    "sync_weights",
+    "train_in_job",
     "wait_ready",
     "write_checkpoint",
 ]
@@ -104,14 +122,22 @@ class ClusterConfig(BaseModel):
     """CPUs each worker actor asks for (also its torch thread count)."""
 
 
-class RunConfig(BaseModel):
-    """The blocks every run config has besides its loop's own section (and, where the loop
-    samples, ``generation``)."""
+class OnPolicyLoopConfig(LoopConfig):
+    """The outer-loop keys of a loop that samples from its policy each step (PPO, distillation
+    extend it with their own coefficients)."""
+
+    num_prompts_per_step: int = Field(64, ge=1)
+    """Distinct prompts per step."""
+    num_generations_per_prompt: int = Field(1, ge=1)
+    """Responses sampled per prompt."""
+
+
+class RunSections(BaseModel):
+    """The sections every run config has besides its loop's own and its models' (``policy``,
+    ``value``, ``teacher``) and, where the loop samples, ``generation``."""
 
     model_config = ConfigDict(extra="forbid")
 
-    policy: PolicyConfig = Field(default_factory=PolicyConfig)
-    """The trained model and its optimiser."""
     env: EnvConfig = Field(default_factory=EnvConfig)
     """The task."""
     checkpointing: CheckpointConfig = Field(default_factory=CheckpointConfig)
@@ -122,6 +148,14 @@ class RunConfig(BaseModel):
     """Ray."""
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     """Traces and metrics (see ``nemo_rl.telemetry``)."""
+
+
+class RunConfig(RunSections):
+    """``RunSections`` plus the one trained model, ``policy`` (every loop but PPO and
+    distillation, which name their models themselves)."""
+
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    """The trained model and its optimiser."""
 
 
 # -- the task -------------------------------------------------------------------------------------
@@ -166,6 +200,50 @@ def score_responses(
         task.env.is_correct(r, a, st) for r, a, st in zip(responses, answers, stopped, strict=True)
     )
     return rewards, exact / len(problems)
+
+
+def draw_prompts(
+    task: Task, data: PromptIterator[Problem], num_prompts: int, num_generations: int
+) -> tuple[list[Problem], torch.Tensor, torch.Tensor]:
+    """Returns the step's problems (each of ``num_prompts`` repeated ``num_generations`` times, a
+    prompt's rows adjacent) and their left-padded ``(input_ids, attention_mask)``."""
+    problems = [p for p in data.next_batch(num_prompts) for _ in range(num_generations)]
+    return (problems, *encode_prompts(task, problems))
+
+
+def batch_attributes(num_prompts: int, num_generations: int) -> dict[str, int]:
+    """The span attributes that size a step's batch (``data_processing`` carries them)."""
+    return {
+        "rl.num_prompts_per_step": num_prompts,
+        "rl.num_generations_per_prompt": num_generations,
+        "rl.batch_size": num_prompts * num_generations,
+    }
+
+
+def generate(
+    generation: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, seed: int, span: Any
+) -> GenerationOutput:
+    """Samples one response per row from the ``generation`` actor with ``seed``; sets the tokens
+    it holds (``rl.num_tokens``) on ``span`` (the loop's generation span, or None)."""
+    out = ray.get(call(generation.generate, input_ids, attention_mask, seed=seed))
+    annotate(span, **{"rl.num_tokens": int(out["attention_mask"].sum())})
+    return out
+
+
+def response_batch(out: GenerationOutput) -> dict[str, torch.Tensor]:
+    """Returns the training batch of a rollout: ``input_ids`` (prompt + response),
+    ``attention_mask`` and ``response_mask`` (the tokens the policy chose)."""
+    return {
+        "input_ids": out["output_ids"],
+        "attention_mask": out["attention_mask"],
+        "response_mask": out["response_mask"],
+    }
+
+
+def step_seed(seed: int, step: int) -> int:
+    """Returns the sampling seed of ``step``: it depends only on the run's seed and the step, so a
+    resumed run samples exactly what the uninterrupted one would have."""
+    return seed * 1_000_003 + step
 
 
 def exact_match(generation: Any, task: Task, problems: Sequence[Problem]) -> float:
@@ -245,15 +323,15 @@ def spawn_generation(
     )
 
 
-def spawn_run_generation(cfg: Any, tokenizer: CharTokenizer, seed: int, policy: Any) -> Any:
-    """Returns :func:`spawn_generation` for a run config with ``generation``, ``policy``,
-    ``cluster`` and ``logger`` blocks."""
+def spawn_policy_generation(cfg: Any, task: Task, seed: int, policy: Any) -> Any:
+    """``spawn_generation`` for a run config with ``generation``, ``policy``, ``cluster`` and
+    ``logger`` sections: the generation actor that samples from ``policy``."""
     return spawn_generation(
         cfg.generation,
         cfg.policy.model,
         cfg.policy.model_name,
         cfg.cluster,
-        tokenizer,
+        task.tokenizer,
         seed,
         policy,
         cfg.logger.log_dir,
@@ -286,6 +364,33 @@ def stop_workers(*actors: Any) -> None:
             pass
         ray.kill(a)
     add_worker_costs(costs)
+
+
+def sync_weights(generation: Any, policy: Any) -> int:
+    """Sends the weights of the ``policy`` actor to the ``generation`` actor; returns the bytes sent."""
+    return ray.get(call(generation.update_weights, call(policy.state_dict)))
+
+
+def train_in_job(
+    cfg: Any,
+    setup: Callable[[Any], Any],
+    train: Callable[[Any], Any],
+    teardown: Callable[[Any], None],
+) -> Any:
+    """Runs ``train(setup(cfg))`` and always ``teardown``; returns what ``train`` returned. Each
+    loop's ``run`` calls it inside its own literal ``rl.<algo>.job`` span."""
+    s = setup(cfg)
+    try:
+        return train(s)
+    finally:
+        teardown(s)
+
+
+def close_run(logger: Logger | None, *actors: Any) -> None:
+    """Flushes the actors' telemetry, stops them and closes the run's logger (a loop's teardown)."""
+    stop_workers(*actors)
+    if logger is not None:
+        logger.close()
 
 
 def num_micro_batches(cfg: PolicyConfig, batch_size: int) -> int:
@@ -330,6 +435,39 @@ def read_checkpoint(path: str, workers: dict[str, Any]) -> dict[str, Any]:
     return state
 
 
+def is_due(done: int, period: int, last: int | None = None) -> bool:
+    """Whether something every ``period`` steps (0: never) is due after ``done`` steps; with
+    ``last``, also after the run's last step."""
+    return bool(period and done % period == 0) or done == last
+
+
+def checkpoint_attributes(checkpoints: CheckpointManager, iteration: int) -> dict[str, Any]:
+    """The attributes of the checkpoint span after step ``iteration``."""
+    done = iteration + 1
+    return {
+        "rl.iteration": iteration,
+        "rl.checkpoint.path": os.path.join(checkpoints.root, f"step_{done}"),
+        "rl.checkpoint.step": done,
+    }
+
+
+def resume_attributes(path: str) -> dict[str, Any]:
+    """The attributes of the load-checkpoint span restoring ``path``."""
+    step = CheckpointManager.load_trainer_state(path)["step"]
+    return {"rl.checkpoint.path": path, "rl.checkpoint.step": step}
+
+
+def restore_checkpoint(
+    path: str, workers: dict[str, Any], generation: Any, data: PromptIterator[Problem]
+) -> int:
+    """Restores checkpoint ``path`` into the workers (``workers["policy"]``'s weights then go to
+    ``generation``), the data iterator and the driver's RNG; returns the step it was taken after."""
+    state = read_checkpoint(path, workers)
+    sync_weights(generation, workers["policy"])
+    data.load_state_dict(state["data"])
+    return int(state["step"])
+
+
 # -- the run summary ------------------------------------------------------------------------------
 
 
@@ -364,3 +502,44 @@ class RunSummary:
             points = [(st, vals[m]) for st, vals in self.validation if m in vals]
             out.append(f"validation {m}: " + ", ".join(f"step {st} {v:.3f}" for st, v in points))
         return out + self.notes
+
+
+# -- logging a step -------------------------------------------------------------------------------
+
+
+def nothing_left(logger: Logger, section: str, start_step: int, max_steps: int) -> bool:
+    """Says so and returns True when a resumed run already reached ``<section>.max_steps``."""
+    if start_step < max_steps:
+        return False
+    logger.print(
+        f"resumed after step {start_step}: {section}.max_steps={max_steps} is reached, "
+        f"nothing to train (raise {section}.max_steps, or start in a new logger.log_dir)"
+    )
+    return True
+
+
+def log_validation(
+    logger: Logger, summary: RunSummary, step: int, metrics: dict[str, float]
+) -> None:
+    """Records one evaluation after ``step`` in the metrics file, on the console and in the summary."""
+    logger.log(metrics, step=step, prefix="validation")
+    logger.print(
+        f"step {step}: validation " + ", ".join(f"{k} {v:.3f}" for k, v in metrics.items())
+    )
+    summary.validation.append((step, metrics))
+
+
+def log_step(
+    logger: Logger,
+    done: int,
+    metrics: dict[str, float],
+    timing: dict[str, float],
+    step_time: float,
+) -> None:
+    """Logs a finished step's ``train/`` metrics (adding ``tokens_per_sec`` when ``num_tokens`` is
+    there) and its ``timing/`` seconds per phase, and moves the progress bar."""
+    if "num_tokens" in metrics:
+        metrics["tokens_per_sec"] = metrics["num_tokens"] / step_time
+    logger.log(metrics, step=done, prefix="train")
+    logger.log(timing, step=done, prefix="timing")
+    logger.progress(done, metrics.get("reward_mean", 0.0), metrics["loss"], step_time)

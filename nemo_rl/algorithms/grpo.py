@@ -29,13 +29,19 @@ from nemo_rl.algorithms.common import (
     checkpoint_manager,
     encode_prompts,
     exact_match,
+    log_step,
+    log_validation,
     make_task,
+    nothing_left,
     num_micro_batches,
-    read_checkpoint,
+    response_batch,
+    restore_checkpoint,
     score_responses,
     spawn_policy,
-    spawn_run_generation,
+    spawn_policy_generation,
+    step_seed,
     stop_workers,
+    sync_weights,
     wait_ready,
     write_checkpoint,
 )
@@ -56,7 +62,6 @@ __all__ = [
     "MasterConfig",
     "RolloutRunConfig",
     "grpo_train",
-    "log_step",
     "run",
     "setup",
     "step_metrics",
@@ -131,7 +136,7 @@ def setup(cfg: MasterConfig) -> GRPOSetup:
         policy = spawn_policy(
             cfg.policy, cfg.cluster, vocab, cfg.grpo.seed, loss, cfg.generation.temperature
         )
-        generation = spawn_run_generation(cfg, task.tokenizer, cfg.grpo.seed, policy)
+        generation = spawn_policy_generation(cfg, task, cfg.grpo.seed, policy)
         wait_ready(policy, generation)
     s = GRPOSetup(
         cfg=cfg,
@@ -178,17 +183,9 @@ def grpo_train(s: GRPOSetup) -> RunSummary:
     cfg, timer = s.cfg, s.timer
     P, G = cfg.grpo.num_prompts_per_step, cfg.grpo.num_generations_per_prompt
     summary = RunSummary(start_step=s.start_step)
-    if s.start_step >= cfg.grpo.max_steps:
-        s.logger.print(
-            f"resumed after step {s.start_step}: grpo.max_steps={cfg.grpo.max_steps} is reached, "
-            "nothing to train (raise grpo.max_steps, or start in a new logger.log_dir)"
-        )
-
+    nothing_left(s.logger, "grpo", s.start_step, cfg.grpo.max_steps)
     if cfg.grpo.val_at_start and s.start_step == 0:
-        accuracy = validate(s, iteration=0)
-        s.logger.log({"accuracy": accuracy}, step=0, prefix="validation")
-        s.logger.print(f"step 0: validation accuracy {accuracy:.3f}")
-        summary.validation.append((0, {"accuracy": accuracy}))
+        log_validation(s.logger, summary, 0, {"accuracy": validate(s, iteration=0)})
     timer.take()  # start-up time is not part of step 0
 
     for step in range(s.start_step, cfg.grpo.max_steps):
@@ -223,7 +220,7 @@ def grpo_train(s: GRPOSetup) -> RunSummary:
                             s.generation.generate,
                             input_ids,
                             attention_mask,
-                            seed=_step_seed(cfg, step),
+                            seed=step_seed(cfg.grpo.seed, step),
                         )
                     )
                     num_tokens = int(out["attention_mask"].sum())
@@ -232,11 +229,7 @@ def grpo_train(s: GRPOSetup) -> RunSummary:
                     rewards, exact = score_responses(s.task, out, problems, input_ids.shape[1])
                     annotate(span, **{"rl.reward.mean": float(rewards.mean())})
 
-            batch = {
-                "input_ids": out["output_ids"],
-                "attention_mask": out["attention_mask"],
-                "response_mask": out["response_mask"],
-            }
+            batch = response_batch(out)
             batch_ref = ray.put(batch)  # sent once, read by both log-prob passes
 
             # LOGPROBS of the sampled tokens under the policy that will be updated ...
@@ -270,13 +263,12 @@ def grpo_train(s: GRPOSetup) -> RunSummary:
 
             # WEIGHT SYNC: the generation worker samples from the updated policy next step.
             with timer.span("rl.grpo.weight_sync", **it) as span:
-                num_bytes = ray.get(call(s.generation.update_weights, call(s.policy.state_dict)))
+                num_bytes = sync_weights(s.generation, s.policy)
                 annotate(span, **{"rl.weight_sync.num_bytes": num_bytes})
 
             done = step + 1
             if cfg.grpo.val_period and done % cfg.grpo.val_period == 0:
-                accuracy = validate(s, iteration=step)
-                summary.validation.append((done, {"accuracy": accuracy}))
+                log_validation(s.logger, summary, done, {"accuracy": validate(s, iteration=step)})
             if s.checkpoints is not None and (
                 done % cfg.checkpointing.save_period == 0 or done == cfg.grpo.max_steps
             ):
@@ -285,10 +277,9 @@ def grpo_train(s: GRPOSetup) -> RunSummary:
         # LOG: after the step span closed, so the step's own time is known.
         timing = timer.take()
         step_time = timing["rl.grpo.step"]
-        metrics = step_metrics(
-            rewards, exact, out["response_mask"], train_metrics, num_tokens, step_time
-        )
-        log_step(s.logger, summary, done, metrics, timing, step_time)
+        metrics = step_metrics(rewards, exact, out["response_mask"], train_metrics, num_tokens)
+        log_step(s.logger, done, metrics, timing, step_time)
+        summary.add({"reward": metrics["reward_mean"]})
     return summary
 
 
@@ -328,10 +319,7 @@ def load_checkpoint(s: GRPOSetup, path: str) -> None:
     with s.timer.span(
         "rl.grpo.load_checkpoint", **{"rl.checkpoint.path": path, "rl.checkpoint.step": step}
     ):
-        state = read_checkpoint(path, {"policy": s.policy})
-        ray.get(call(s.generation.update_weights, call(s.policy.state_dict)))
-        s.train_data.load_state_dict(state["data"])
-        s.start_step = int(state["step"])
+        s.start_step = restore_checkpoint(path, {"policy": s.policy}, s.generation, s.train_data)
 
 
 def step_metrics(
@@ -340,10 +328,10 @@ def step_metrics(
     response_mask: torch.Tensor,
     train_metrics: dict[str, float],
     num_tokens: int,
-    step_time: float,
 ) -> dict[str, float]:
     """Returns the ``train/`` metrics of a step: reward statistics, exact-match share, response
-    length, the policy worker's loss statistics, and tokens (and tokens per second of step time)."""
+    length, the policy worker's loss statistics, and tokens (``common.log_step`` adds tokens per
+    second)."""
     return {
         "reward_mean": float(rewards.mean()),
         "reward_std": float(rewards.std()),
@@ -354,30 +342,4 @@ def step_metrics(
             for k in ("loss", "pg_loss", "kl", "clip_fraction", "grad_norm", "lr")
         },
         "num_tokens": num_tokens,
-        "tokens_per_sec": num_tokens / step_time,
     }
-
-
-def log_step(
-    logger: Logger,
-    summary: RunSummary,
-    done: int,
-    metrics: dict[str, float],
-    timing: dict[str, float],
-    step_time: float,
-) -> None:
-    """Logs step ``done``'s ``train/`` metrics and ``timing/``, its validation if it ran one,
-    moves the progress bar, and adds its reward to ``summary``."""
-    logger.log(metrics, step=done, prefix="train")
-    logger.log(timing, step=done, prefix="timing")
-    if summary.validation and summary.validation[-1][0] == done:
-        logger.log(summary.validation[-1][1], step=done, prefix="validation")
-        logger.print(
-            f"step {done}: validation accuracy {summary.validation[-1][1]['accuracy']:.3f}"
-        )
-    logger.progress(done, metrics["reward_mean"], metrics["loss"], step_time)
-    summary.add({"reward": metrics["reward_mean"]})
-
-
-def _step_seed(cfg: MasterConfig, step: int) -> int:
-    return cfg.grpo.seed * 1_000_003 + step

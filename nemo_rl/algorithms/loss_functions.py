@@ -13,18 +13,24 @@ import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
 
+from nemo_rl.algorithms.advantages import state_values
 from nemo_rl.data.pairs import PAIR_SIDES, stack_pair_sides
-from nemo_rl.models.causal_lm import last_token_values, token_logprobs
+from nemo_rl.models.causal_lm import last_token_values, next_token_logprobs, token_logprobs
 
 __all__ = [
     "BradleyTerryLoss",
     "ClippedPGLoss",
     "ClippedPGLossConfig",
+    "ClippedValueLoss",
+    "ClippedValueLossConfig",
     "DPOLoss",
     "NLLLoss",
+    "TeacherKLLoss",
     "clipped_pg_loss",
+    "clipped_value_loss",
     "dpo_margin",
     "kl_penalty",
+    "reverse_kl",
     "sequence_logprobs",
 ]
 
@@ -235,3 +241,110 @@ class BradleyTerryLoss:
         chosen, rejected = rewards.chunk(2)
         margin = chosen - rejected
         return _pair_stats(-F.logsigmoid(margin).sum(), margin)
+
+
+# -- PPO's value function --------------------------------------------------------------------------
+
+
+class ClippedValueLossConfig(BaseModel):
+    """Coefficients of PPO's clipped value loss."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    value_clip: float = Field(0.2, ge=0.0)
+    """A new value may move at most this far from the rollout's value before its error stops
+    counting more (PPO2's value clipping); 0 turns clipping off."""
+
+
+def clipped_value_loss(
+    values: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    mask: torch.Tensor,
+    value_clip: float,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Returns ``(loss_sum, stats)`` summed over masked tokens.
+
+    Per token ``0.5 * max((V - R)^2, (V_clip - R)^2)`` with ``V_clip = V_old + clip(V - V_old,
+    -c, c)``: a value already moved ``c`` past the rollout's gets no further push in the same
+    direction. ``stats`` holds the token sums of the clipped-token count (``value_clip_fraction``).
+    """
+    mask = mask.to(values.dtype)
+    error = (values - returns) ** 2
+    if value_clip > 0:
+        clipped = old_values + (values - old_values).clamp(-value_clip, value_clip)
+        clipped_error = (clipped - returns) ** 2
+        per_token = 0.5 * torch.maximum(error, clipped_error)
+        was_clipped = (clipped_error > error).to(mask.dtype)
+    else:
+        per_token, was_clipped = 0.5 * error, torch.zeros_like(error)
+    stats = {"value_clip_fraction": (was_clipped * mask).sum().detach()}
+    return (per_token * mask).sum(), stats
+
+
+@dataclass(frozen=True)
+class ClippedValueLoss:
+    """:func:`clipped_value_loss` of a ``head: scalar`` model over the response tokens, as a
+    ``LossFunction``.
+
+    Reads ``input_ids``, ``attention_mask``, ``response_mask``, ``values`` (the rollout's, from
+    :func:`~nemo_rl.algorithms.advantages.state_values`) and ``returns``; token-mean.
+    """
+
+    cfg: ClippedValueLossConfig
+    required_keys: frozenset[str] = frozenset(
+        {"input_ids", "attention_mask", "response_mask", "values", "returns"}
+    )
+
+    def normalizer(self, batch: Batch) -> torch.Tensor:
+        return batch["response_mask"].sum()
+
+    def __call__(self, model: torch.nn.Module, batch: Batch) -> tuple[torch.Tensor, Batch]:
+        values = state_values(model(batch["input_ids"], batch["attention_mask"]))
+        return clipped_value_loss(
+            values, batch["values"], batch["returns"], batch["response_mask"], self.cfg.value_clip
+        )
+
+
+# -- on-policy distillation ------------------------------------------------------------------------
+
+
+def reverse_kl(student_logprobs: torch.Tensor, teacher_logprobs: torch.Tensor) -> torch.Tensor:
+    """Returns ``[..]`` KL(student || teacher) over the last (vocabulary) dimension of two
+    log-softmax tensors: ``sum_v p_s(v) * (log p_s(v) - log p_t(v))``, non-negative."""
+    return (student_logprobs.exp() * (student_logprobs - teacher_logprobs)).sum(-1)
+
+
+@dataclass(frozen=True)
+class TeacherKLLoss:
+    """Per-token reverse KL(student || teacher) over the whole vocabulary, at every response
+    position of the student's own samples, as a ``LossFunction``.
+
+    On-policy distillation: the states are the student's (it generated them), the target at each
+    is the teacher's full next-token distribution. The exact KL over the (small) vocabulary is
+    used rather than the one-sample estimate ``log p_s(y) - log p_t(y)`` of the sampled token:
+    it needs no policy-gradient estimator, has no sampling variance, and costs only ``[B, T, V]``
+    teacher log-probs, which for a character vocabulary is a few kilobytes. Reverse (mode-seeking)
+    KL is the on-policy choice: it penalises the student for putting mass where the teacher
+    puts none, on the very prefixes the student visits.
+
+    Reads ``input_ids``, ``attention_mask``, ``response_mask`` and ``teacher_logprobs``
+    (``[B, T, V]``, row ``t`` the teacher's distribution of token ``t``); token-mean.
+    """
+
+    temperature: float = 1.0
+    """The sampler's temperature, applied to the student's logits as in the rollout."""
+    required_keys: frozenset[str] = frozenset(
+        {"input_ids", "attention_mask", "response_mask", "teacher_logprobs"}
+    )
+
+    def normalizer(self, batch: Batch) -> torch.Tensor:
+        return batch["response_mask"].sum()
+
+    def __call__(self, model: torch.nn.Module, batch: Batch) -> tuple[torch.Tensor, Batch]:
+        student = next_token_logprobs(
+            model, batch["input_ids"], batch["attention_mask"], self.temperature
+        )
+        mask = batch["response_mask"].to(student.dtype)
+        kl = reverse_kl(student, batch["teacher_logprobs"]) * mask
+        return kl.sum(), {"kl_to_teacher": kl.sum().detach()}

@@ -21,7 +21,7 @@ from nemo_rl.algorithms.common import (
     RunSummary,
     exact_match,
     spawn_policy,
-    spawn_run_generation,
+    spawn_policy_generation,
     wait_ready,
 )
 from nemo_rl.algorithms.loss_functions import NLLLoss
@@ -62,7 +62,7 @@ def setup(cfg: MasterConfig) -> sv.LoopState:
     with timer.span("rl.sft.model_init", **{"rl.model": cfg.policy.model_name}):
         vocab = task.tokenizer.vocab_size
         policy = spawn_policy(cfg.policy, cfg.cluster, vocab, seed, NLLLoss(), reference=False)
-        generation = spawn_run_generation(cfg, task.tokenizer, seed, policy)
+        generation = spawn_policy_generation(cfg, task, seed, policy)
         wait_ready(policy, generation)
     workers = {"policy": policy, "generation": generation}
     return sv.start(cfg, PHASES, task, (task.train, task.val), workers, timer)

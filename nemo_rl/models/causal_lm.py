@@ -17,6 +17,7 @@ __all__ = [
     "build_causal_lm",
     "build_scalar_model",
     "last_token_values",
+    "next_token_logprobs",
     "position_ids_from_mask",
     "token_logprobs",
 ]
@@ -123,11 +124,22 @@ def token_logprobs(
     The temperature matches the sampler's, so the logprobs of freshly sampled tokens agree with
     the ones the generation backend reported.
     """
+    logp = next_token_logprobs(model, input_ids, attention_mask, temperature)
+    return logp.gather(-1, input_ids[:, :, None]).squeeze(-1)
+
+
+def next_token_logprobs(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    temperature: float = 1.0,
+) -> torch.Tensor:
+    """Returns ``[B, T, V]``: row ``t`` is the log-softmax over the vocabulary of token ``t`` given
+    tokens ``< t``, at ``temperature``; row 0 (no context) is all zeros."""
     logits = model(
         input_ids=input_ids,
         attention_mask=attention_mask,
         position_ids=position_ids_from_mask(attention_mask),
     ).logits
     logp = F.log_softmax(logits[:, :-1].float() / temperature, dim=-1)
-    picked = logp.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
-    return F.pad(picked, (1, 0))
+    return F.pad(logp, (0, 0, 1, 0))

@@ -23,11 +23,12 @@ from nemo_rl.models.causal_lm import (
     ModelConfig,
     build_causal_lm,
     build_scalar_model,
+    next_token_logprobs,
     token_logprobs,
 )
 from spanspec.export import TelemetryCost
 
-__all__ = ["LossFunction", "PolicyConfig", "PolicyWorker"]
+__all__ = ["LossFunction", "PolicyConfig", "PolicyWorker", "read_policy_checkpoint"]
 
 Batch = dict[str, torch.Tensor]
 
@@ -101,12 +102,13 @@ class PolicyWorker:
         init_worker(rank, world_size, group)
         self.cfg = cfg
         self.rank = rank
+        self.group = group
         self.loss_fn = loss_fn
         self.temperature = temperature
         build = build_causal_lm if cfg.head == "lm" else build_scalar_model
         self.model = build(cfg.model, vocab_size, seed)
         if cfg.checkpoint:
-            self.model.load_state_dict(_read_checkpoint(cfg.checkpoint)["model"])
+            self.model.load_state_dict(read_policy_checkpoint(cfg.checkpoint)["model"])
         # The reference is the model as it starts; frozen, it anchors a KL term or a DPO margin.
         self.reference = (
             copy.deepcopy(self.model).eval().requires_grad_(False) if reference else None
@@ -194,6 +196,15 @@ class PolicyWorker:
 
     @carries_trace
     @torch.no_grad()
+    def get_next_token_logprobs(self, batch: Batch) -> torch.Tensor:
+        """Returns ``[B, T, V]``: row ``t`` the current model's log-distribution over the
+        vocabulary of token ``t`` of ``batch["input_ids"]`` (row 0 zeros); a distillation
+        teacher's whole next-token distribution at each of the student's positions."""
+        self.model.eval()
+        return self._score(self.model, batch, "policy", full=True)
+
+    @carries_trace
+    @torch.no_grad()
     def get_reference_logprobs(self, batch: Batch) -> torch.Tensor:
         """Returns ``[B, T]`` log-probs of ``batch["input_ids"]`` under the frozen reference.
 
@@ -210,16 +221,20 @@ class PolicyWorker:
         self.model.eval()
         return self._score(self.model, batch, "value")
 
-    def _score(self, model: torch.nn.Module, batch: Batch, group: str) -> torch.Tensor:
+    def _score(
+        self, model: torch.nn.Module, batch: Batch, kind: str, full: bool = False
+    ) -> torch.Tensor:
         ids, mask = batch["input_ids"], batch["attention_mask"]
         scalar = self.cfg.head == "scalar"
-        if scalar != (group == "value"):
-            raise ValueError(f"a head={self.cfg.head!r} model cannot give {group} scores")
+        if scalar != (kind == "value"):
+            raise ValueError(f"a head={self.cfg.head!r} model cannot give {kind} scores")
+        lm_scores = next_token_logprobs if full else token_logprobs
         with spanspec.span(
             "rl.worker.logprob",
             **{
                 "rl.batch_size": ids.shape[0],
-                "rl.worker.group": group,
+                # who scored: the reference copy, or this worker's own group (policy, value, teacher)
+                "rl.worker.group": kind if kind == "reference" else self.group,
                 "rl.worker.rank": self.rank,
             },
         ):
@@ -227,7 +242,7 @@ class PolicyWorker:
             chunks = [
                 model(ids[i : i + step], mask[i : i + step])
                 if scalar
-                else token_logprobs(model, ids[i : i + step], mask[i : i + step], self.temperature)
+                else lm_scores(model, ids[i : i + step], mask[i : i + step], self.temperature)
                 for i in range(0, ids.shape[0], step)
             ]
         return torch.cat(chunks)
@@ -255,7 +270,7 @@ class PolicyWorker:
     @carries_trace
     def load_checkpoint(self, path: str) -> None:
         """Restores the state written by ``save_checkpoint(path)``; raises ``FileNotFoundError`` if absent."""
-        state = _read_checkpoint(path)
+        state = read_policy_checkpoint(path)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
@@ -272,8 +287,10 @@ class PolicyWorker:
         return close_worker()
 
 
-def _read_checkpoint(path: str) -> dict[str, Any]:
-    # A policy.pt, the worker folder holding one, or a run's step_<n>/ folder (policy/policy.pt).
+def read_policy_checkpoint(path: str) -> dict[str, Any]:
+    """Returns the state a ``PolicyWorker`` saved (``model``, optimiser, scheduler) from a
+    ``policy.pt``, the worker folder holding one, or a run's ``step_<n>/`` folder
+    (``policy/policy.pt``); raises ``FileNotFoundError`` when there is none."""
     for file in (path, os.path.join(path, "policy.pt"), os.path.join(path, "policy", "policy.pt")):
         if os.path.isfile(file):
             return torch.load(file, weights_only=True)

@@ -1,5 +1,6 @@
 import math
 
+import pytest
 import torch
 
 from nemo_rl.algorithms.loss_functions import (
@@ -138,3 +139,43 @@ def test_bradley_terry_reads_the_last_token_and_counts_pairs_ranked_right():
     torch.testing.assert_close(loss, expected)
     assert float(stats["preference_accuracy"]) == float((chosen > rejected).sum())
     torch.testing.assert_close(stats["preference_margin"], (chosen - rejected).sum().detach())
+
+
+# -- PPO's value loss and distillation's KL --------------------------------------------------------
+
+
+def test_value_loss_is_half_squared_error_and_clips_a_value_moved_too_far():
+    from nemo_rl.algorithms.loss_functions import clipped_value_loss
+
+    ret, old, mask = torch.tensor([[1.0]]), torch.tensor([[0.0]]), torch.ones(1, 1)
+    near = torch.tensor([[0.1]], requires_grad=True)
+    loss, stats = clipped_value_loss(near, old, ret, mask, value_clip=0.2)
+    loss.backward()
+    assert float(loss.detach()) == pytest.approx(0.5 * 0.81) and float(near.grad) == pytest.approx(
+        -0.9
+    )
+    assert float(stats["value_clip_fraction"]) == 0
+    # Moved 0.5 past the rollout's value, away from the target: the clipped (larger) error counts
+    # and gives no gradient, so the value is not pushed further from where the rollout saw it.
+    far = torch.tensor([[-0.5]], requires_grad=True)
+    loss, stats = clipped_value_loss(far, old, ret, mask, value_clip=0.2)
+    loss.backward()
+    assert float(loss.detach()) == pytest.approx(0.5 * 1.5**2) and float(far.grad) == pytest.approx(
+        -1.5
+    )
+    far2 = torch.tensor([[0.5]], requires_grad=True)  # moved 0.5 toward the target: clipped error
+    loss, stats = clipped_value_loss(far2, old, ret, mask, value_clip=0.2)
+    loss.backward()
+    assert float(loss.detach()) == pytest.approx(0.5 * 0.8**2) and float(far2.grad) == 0.0
+    assert float(stats["value_clip_fraction"]) == 1
+
+
+def test_reverse_kl_is_zero_for_equal_distributions_and_matches_the_formula():
+    from nemo_rl.algorithms.loss_functions import reverse_kl
+
+    p = torch.log(torch.tensor([[0.5, 0.25, 0.25]]))
+    q = torch.log(torch.tensor([[0.25, 0.5, 0.25]]))
+    assert float(reverse_kl(p, p)) == pytest.approx(0.0, abs=1e-7)
+    expected = 0.5 * math.log(2) + 0.25 * math.log(0.5)
+    assert float(reverse_kl(p, q)) == pytest.approx(expected)
+    assert float(reverse_kl(q, p)) > 0

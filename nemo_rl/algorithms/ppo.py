@@ -1,0 +1,298 @@
+"""PPO with a value model: sample responses, score them, estimate per-token advantages with GAE
+from a learned value function, fit the value function, then take clipped policy-gradient steps.
+
+Reads top to bottom like ``grpo.py``: the config, ``setup`` (task, data, three Ray workers: the
+policy, its generation copy and the value model, then resume), and ``ppo_train`` whose every
+phase is one literal ``with timer.span("rl.ppo.<phase>")`` block. The value model is the tiny
+Llama trunk with a scalar head (``PolicyConfig.head: scalar``) in its own ``PolicyWorker`` actor
+(worker group ``value``); its ``rl.worker.*`` spans join the step's trace because every request
+goes through ``call(...)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+from pydantic import ConfigDict, Field, field_validator
+
+import spanspec
+from nemo_rl.algorithms import common
+from nemo_rl.algorithms.advantages import (
+    explained_variance,
+    gae_advantages,
+    masked_whiten,
+    state_values,
+)
+from nemo_rl.algorithms.common import RunSummary, Task
+from nemo_rl.algorithms.loss_functions import (
+    ClippedPGLoss,
+    ClippedPGLossConfig,
+    ClippedValueLoss,
+    ClippedValueLossConfig,
+)
+from nemo_rl.data import PromptIterator
+from nemo_rl.distributed import call, init_ray
+from nemo_rl.environments import Problem
+from nemo_rl.models.generation.interface import GenerationConfig
+from nemo_rl.models.policy import PolicyConfig
+from nemo_rl.utils.checkpoint import CheckpointManager
+from nemo_rl.utils.logger import Logger
+from nemo_rl.utils.timer import Timer, annotate
+
+__all__ = ["MasterConfig", "PPOConfig", "PPOSetup", "ppo_train", "run", "setup", "teardown"]
+
+
+# -- config -------------------------------------------------------------------------------------
+
+
+class PPOConfig(common.OnPolicyLoopConfig):
+    """The outer loop and PPO's coefficients; one response per prompt is enough, the value model
+    is the baseline."""
+
+    gamma: float = Field(1.0, ge=0.0, le=1.0)
+    """Discount of GAE (per token)."""
+    lam: float = Field(0.95, ge=0.0, le=1.0)
+    """GAE's lambda: 0 is the one-step TD advantage, 1 the Monte-Carlo return minus the value."""
+    normalize_advantages: bool = True
+    """Whiten the step's advantages over its response tokens (mean 0, std 1)."""
+    critic_warmup_steps: int = Field(0, ge=0)
+    """First steps that train only the value model (the policy is left as it is)."""
+    loss: ClippedPGLossConfig = Field(default_factory=ClippedPGLossConfig)
+    """Coefficients of the clipped policy loss."""
+    value_loss: ClippedValueLossConfig = Field(default_factory=ClippedValueLossConfig)
+    """Coefficients of the clipped value loss."""
+
+
+class MasterConfig(common.RunSections):
+    """A whole PPO run: ``examples/configs/ppo_tiny.yaml`` is one."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    generation: GenerationConfig = Field(default_factory=GenerationConfig)
+    """How responses are sampled."""
+    ppo: PPOConfig = Field(default_factory=PPOConfig)
+    """The outer loop."""
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    """The trained policy and its optimiser."""
+    value: PolicyConfig = Field(default_factory=lambda: PolicyConfig(head="scalar"))
+    """The value model (critic) and its optimiser; ``head`` must be ``scalar``."""
+
+    @field_validator("value")
+    @classmethod
+    def _value_head_is_scalar(cls, value: PolicyConfig) -> PolicyConfig:
+        if value.head != "scalar":
+            raise ValueError("the value model needs head: scalar (one value per token)")
+        return value
+
+
+# -- setup --------------------------------------------------------------------------------------
+
+
+@dataclass
+class PPOSetup:
+    """Everything the loop needs, built by ``setup``."""
+
+    cfg: MasterConfig
+    task: Task
+    train_data: PromptIterator[Problem]
+    policy: Any
+    """Ray actor handle of the policy's ``PolicyWorker``."""
+    value: Any
+    """Ray actor handle of the value model's ``PolicyWorker`` (``head: scalar``)."""
+    generation: Any
+    """Ray actor handle of a ``GenerationInterface`` backend."""
+    logger: Logger
+    checkpoints: CheckpointManager | None
+    start_step: int = 0
+    timer: Timer = field(default_factory=Timer)
+
+    def workers(self) -> dict[str, Any]:
+        """The checkpointed workers, by their folder name in a checkpoint."""
+        return {"policy": self.policy, "value": self.value}
+
+
+def setup(cfg: MasterConfig) -> PPOSetup:
+    """Builds the task, the data, the policy, generation and value workers and the logger, and
+    resumes from the latest checkpoint when there is one; returns the ``PPOSetup``."""
+    init_ray(num_cpus=cfg.cluster.num_cpus, address=cfg.cluster.address)
+    task = common.make_task(cfg.env, cfg.ppo.seed)
+    vocab, seed, temperature = task.tokenizer.vocab_size, cfg.ppo.seed, cfg.generation.temperature
+    timer = Timer()
+    with timer.span("rl.ppo.model_init", **{"rl.model": cfg.policy.model_name}):
+        policy = common.spawn_policy(
+            cfg.policy, cfg.cluster, vocab, seed, ClippedPGLoss(cfg.ppo.loss, temperature)
+        )
+        # Same seed: with the policy's shape, the critic's trunk starts as the policy's.
+        value = common.spawn_policy(
+            cfg.value,
+            cfg.cluster,
+            vocab,
+            seed,
+            ClippedValueLoss(cfg.ppo.value_loss),
+            group="value",
+            reference=False,
+        )
+        generation = common.spawn_policy_generation(cfg, task, seed, policy)
+        common.wait_ready(policy, value, generation)
+    s = PPOSetup(
+        cfg=cfg,
+        task=task,
+        train_data=PromptIterator(task.train, seed=seed),
+        policy=policy,
+        value=value,
+        generation=generation,
+        logger=None,  # type: ignore[arg-type]  # made below, once the start step is known
+        checkpoints=common.checkpoint_manager(cfg.checkpointing, cfg.logger),
+        timer=timer,
+    )
+    if s.checkpoints is not None and (latest := s.checkpoints.latest()) is not None:
+        with timer.span("rl.ppo.load_checkpoint", **common.resume_attributes(latest)):
+            s.start_step = common.restore_checkpoint(latest, s.workers(), generation, s.train_data)
+    s.logger = Logger(cfg.logger, cfg.ppo.max_steps, initial_step=s.start_step, desc="ppo")
+    return s
+
+
+def teardown(s: PPOSetup) -> None:
+    """Flushes the workers' telemetry, stops them and closes the logger."""
+    common.close_run(s.logger, s.policy, s.value, s.generation)
+
+
+def run(cfg: MasterConfig, job_attributes: dict[str, Any]) -> RunSummary:
+    """The whole job inside its ``rl.ppo.job`` span: setup, train, teardown; returns the summary."""
+    with spanspec.span("rl.ppo.job", **job_attributes):
+        return common.train_in_job(cfg, setup, ppo_train, teardown)
+
+
+# -- the loop -----------------------------------------------------------------------------------
+
+
+def ppo_train(s: PPOSetup) -> RunSummary:
+    """Runs steps ``s.start_step .. ppo.max_steps - 1``; returns a summary of the run.
+
+    The summary's ``curves`` hold each step's mean ``reward`` and ``value_loss``, its
+    ``validation`` the held-out ``accuracy``. Every metric also goes to ``<log_dir>/metrics.jsonl``.
+    """
+    cfg, timer = s.cfg, s.timer
+    ppo = cfg.ppo
+    sizes = common.batch_attributes(ppo.num_prompts_per_step, ppo.num_generations_per_prompt)
+    B = sizes["rl.batch_size"]
+    summary = RunSummary(start_step=s.start_step)
+    common.nothing_left(s.logger, "ppo", s.start_step, ppo.max_steps)
+    if ppo.val_at_start and s.start_step == 0:
+        common.log_validation(s.logger, summary, 0, {"accuracy": validate(s, iteration=0)})
+    timer.take()  # start-up time is not part of step 0
+
+    for step in range(s.start_step, ppo.max_steps):
+        it = {"rl.iteration": step}
+        train_policy = step >= ppo.critic_warmup_steps
+        with timer.span("rl.ppo.step", **it, **{"rl.algorithm": "ppo"}):
+            with timer.span("rl.ppo.data_processing", **it, **sizes):
+                problems, prompt_ids, prompt_mask = common.draw_prompts(
+                    s.task, s.train_data, ppo.num_prompts_per_step, ppo.num_generations_per_prompt
+                )
+
+            # ROLLOUT: one sampled response per row, scored by the environment.
+            with timer.span("rl.ppo.rollout", **it, **{"rl.batch_size": B}):
+                with timer.span("rl.ppo.generation", **it, **{"rl.batch_size": B}) as span:
+                    seed = common.step_seed(ppo.seed, step)
+                    out = common.generate(s.generation, prompt_ids, prompt_mask, seed, span)
+                with timer.span("rl.ppo.reward", **it) as span:
+                    rewards, exact = common.score_responses(
+                        s.task, out, problems, prompt_ids.shape[1]
+                    )
+                    annotate(span, **{"rl.reward.mean": float(rewards.mean())})
+            batch = common.response_batch(out)
+            mask = batch["response_mask"]
+            batch_ref = ray.put(batch)  # sent once, read by the value and both log-prob passes
+
+            # VALUE INFERENCE: the critic's estimate of the return from each response token.
+            with timer.span("rl.ppo.value_inference", **it, **{"rl.batch_size": B}):
+                batch["values"] = state_values(ray.get(call(s.value.get_values, batch_ref)))
+            with timer.span("rl.ppo.logprob", **it, **{"rl.batch_size": B}):
+                batch["prev_logprobs"] = ray.get(call(s.policy.get_logprobs, batch_ref))
+            with timer.span("rl.ppo.reference_policy", **it, **{"rl.batch_size": B}):
+                batch["ref_logprobs"] = ray.get(call(s.policy.get_reference_logprobs, batch_ref))
+
+            # ADVANTAGE: GAE over each response's tokens; the returns are the critic's targets.
+            with timer.span("rl.ppo.advantage", **it):
+                advantages, batch["returns"] = gae_advantages(
+                    rewards, batch["values"], mask, ppo.gamma, ppo.lam
+                )
+                batch["advantages"] = (
+                    masked_whiten(advantages, mask) if ppo.normalize_advantages else advantages
+                )
+                variance = explained_variance(batch["values"], batch["returns"], mask)
+
+            with timer.span("rl.ppo.value_update", **it):
+                value_metrics = ray.get(call(s.value.train, batch))
+
+            policy_metrics = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_fraction": 0.0}
+            if train_policy:  # after the critic's warm-up
+                n_micro = common.num_micro_batches(cfg.policy, B)
+                with timer.span(
+                    "rl.ppo.policy_update",
+                    **it,
+                    **{"rl.batch_size": B, "rl.num_micro_batches": n_micro},
+                ):
+                    policy_metrics = ray.get(call(s.policy.train, batch))
+                with timer.span("rl.ppo.weight_sync", **it) as span:
+                    annotate(
+                        span,
+                        **{"rl.weight_sync.num_bytes": common.sync_weights(s.generation, s.policy)},
+                    )
+
+            done = step + 1
+            if common.is_due(done, ppo.val_period):
+                accuracy = validate(s, iteration=step)
+                common.log_validation(s.logger, summary, done, {"accuracy": accuracy})
+            if s.checkpoints is not None and common.is_due(
+                done, cfg.checkpointing.save_period, ppo.max_steps
+            ):
+                save_checkpoint(s, iteration=step)
+
+        timing = timer.take()
+        metrics = {
+            "reward_mean": float(rewards.mean()),
+            "accuracy": exact,
+            "response_length": float(mask.sum(-1).float().mean()),
+            **{k: policy_metrics[k] for k in ("loss", "pg_loss", "kl", "clip_fraction")},
+            "value_loss": value_metrics["loss"],
+            "value_clip_fraction": value_metrics["value_clip_fraction"],
+            "value_grad_norm": value_metrics["grad_norm"],
+            "explained_variance": variance,
+            "value_mean": float((batch["values"] * mask).sum() / mask.sum().clamp(min=1)),
+            "advantage_mean": float((advantages * mask).sum() / mask.sum().clamp(min=1)),
+            "num_tokens": int(out["attention_mask"].sum()),
+        }
+        for key in ("grad_norm", "lr"):
+            if key in policy_metrics:
+                metrics[key] = policy_metrics[key]
+        common.log_step(s.logger, done, metrics, timing, timing["rl.ppo.step"])
+        summary.add({"reward": metrics["reward_mean"], "value_loss": metrics["value_loss"]})
+    return summary
+
+
+# -- phases used by the loop --------------------------------------------------------------------
+
+
+def validate(s: PPOSetup, iteration: int) -> float:
+    """Returns greedy exact-match accuracy on the held-out problems (one ``rl.ppo.evaluate`` span)."""
+    with s.timer.span(
+        "rl.ppo.evaluate", **{"rl.iteration": iteration, "rl.eval.num_samples": len(s.task.val)}
+    ) as span:
+        accuracy = common.exact_match(s.generation, s.task, s.task.val)
+        annotate(span, **{"rl.eval.accuracy": accuracy})
+    return accuracy
+
+
+def save_checkpoint(s: PPOSetup, iteration: int) -> str:
+    """Writes the checkpoint after step ``iteration``: policy and value model (weights and
+    optimiser), data position, step and RNG; returns its folder."""
+    assert s.checkpoints is not None
+    with s.timer.span(
+        "rl.ppo.checkpoint", **common.checkpoint_attributes(s.checkpoints, iteration)
+    ):
+        data = s.train_data.state_dict()
+        return common.write_checkpoint(s.checkpoints, iteration + 1, s.workers(), data)
