@@ -16,6 +16,7 @@ Both init functions are idempotent; nothing after init raises into training.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import secrets
@@ -31,7 +32,7 @@ from spanspec import export
 from spanspec import metrics as spanspec_metrics
 from spanspec.compile import Spec
 from spanspec.export import ExportStats, TelemetryHandle
-from spanspec.settings import DEFAULT_PREFIX, Settings, SettingsError, load_settings
+from spanspec.settings import DEFAULT_PREFIX, Settings, load_settings
 
 __all__ = [
     "get_telemetry",
@@ -48,6 +49,31 @@ _log = logging.getLogger("nemo_rl.telemetry")
 
 _handle: TelemetryHandle | None = None
 _settings: Settings | None = None
+
+# The SDK and exporters come with the ``otel`` extra; without them every site is a no-op.
+SDK_MISSING_HINT = "pip install 'nemo-rl-otel[otel]'"
+_sdk_warned = False
+
+
+def _without_sdk(settings: Settings) -> Settings:
+    """Return ``settings`` switched off (warned once per process) when the SDK is not installed."""
+    global _sdk_warned
+    if not settings.enabled or not settings.exporters:
+        return settings
+    try:
+        present = importlib.util.find_spec("opentelemetry.sdk") is not None
+    except (ImportError, ValueError):
+        present = False
+    if present:
+        return settings
+    if not _sdk_warned:
+        _sdk_warned = True
+        _log.warning(
+            "telemetry: off, the OpenTelemetry SDK is not installed (install it with: %s); "
+            "training runs with every span and metric a no-op",
+            SDK_MISSING_HINT,
+        )
+    return settings.with_values("OpenTelemetry SDK not installed", enabled=False)
 
 
 # -- reading the run config -----------------------------------------------------------------------
@@ -221,7 +247,8 @@ def init_telemetry_driver(
         "rl.run_id": settings.run_id,
     }
     handle = export.setup(
-        settings,
+        # The env still carries the settings as given: a worker with the SDK exports.
+        _without_sdk(settings),
         rank=0,
         world_size=1,
         resource={
@@ -273,6 +300,11 @@ def init_telemetry_worker(
         settings = load_settings(env=os.environ, defaults={"enabled": driver_ran})
         spec = spec or spanspec.load()
         groups = spec.resolve(settings.span_groups)
+        picked = export.should_export(
+            settings, rank, world_size, local_rank=local_rank, worker_group=worker_group
+        )
+        if picked:  # only a rank that would export needs the SDK, and says so
+            settings = _without_sdk(settings)
         handle = export.setup(
             settings,
             rank=rank,
@@ -289,7 +321,7 @@ def init_telemetry_worker(
             handle_sigterm=True,
         )
         _activate(handle, spec)
-    except (SettingsError, spanspec.SpecError, OSError) as exc:
+    except Exception as exc:  # a worker trains on whatever its telemetry settings say
         _log.error("telemetry: off in %s rank %d: %s", worker_group, rank, exc)
         settings = Settings(enabled=False)
         handle = export.setup(settings, rank, world_size, exporting=False)
