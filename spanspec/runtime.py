@@ -180,13 +180,18 @@ def _problem(gate: _Gate, finding_id: str, message: str, key: str = "") -> None:
 
 
 class _LiveSpan:
-    """An enabled span: started as the current span on enter, always ended on exit."""
+    """An enabled span: started as the current span on enter, always ended on exit.
 
-    __slots__ = ("_attributes", "_gate", "_span", "_token")
+    Entering the same object again (nested or later) starts another span; each exit ends the
+    span its enter started and restores the context that enter found.
+    """
+
+    __slots__ = ("_attributes", "_entered", "_gate")
 
     def __init__(self, gate: _Gate, attributes: dict[str, Any]) -> None:
         self._gate = gate
         self._attributes = attributes
+        self._entered: list[tuple[Span, object]] = []
 
     def start(self) -> Span:
         """Start the span without making it current (for generators)."""
@@ -195,18 +200,20 @@ class _LiveSpan:
         return gate.tracer.start_span(gate.name, attributes=attrs)
 
     def __enter__(self) -> Span:
-        span = self._span = self.start()
-        self._token = otel_context.attach(trace.set_span_in_context(span))
+        span = self.start()
+        self._entered.append((span, otel_context.attach(trace.set_span_in_context(span))))
         return span
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
     ) -> bool:
-        span = self._span
-        if exc is not None and not isinstance(exc, GeneratorExit):  # a generator closed early
-            _fail(span, exc)
-        span.end()
-        otel_context.detach(self._token)
+        span, token = self._entered.pop()
+        # Not recording: shutdown already ended it as truncated (SIGTERM); leave it as it is.
+        if span.is_recording():
+            if exc is not None and not isinstance(exc, GeneratorExit):  # a generator closed
+                _fail(span, exc)
+            span.end()
+        otel_context.detach(token)
         return False
 
 
@@ -238,7 +245,13 @@ def span(name: str, /, **attributes: Any) -> Any:
     Raises:
         SpecError: only in strict mode, for an undeclared name or attribute, or a wrong type.
     """
-    gate = _gates.get(name, _default)
+    try:
+        gate = _gates.get(name, _default)
+    except TypeError:  # an unhashable name; zero cost on the hot path otherwise
+        raise TypeError(
+            f"span() takes the span name as a string such as 'rl.grpo.step', "
+            f"not a {type(name).__name__}"
+        ) from None
     if gate is NOOP:
         return NOOP
     if gate is _UNDECLARED:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from nemo_rl.telemetry.config import TelemetryConfig
 from nemo_rl.telemetry.lifecycle import (
+    check_telemetry,
     get_telemetry,
     init_telemetry_driver,
     init_telemetry_worker,
@@ -25,6 +26,7 @@ from nemo_rl.telemetry.lifecycle import (
 
 __all__ = [
     "TelemetryConfig",
+    "check_telemetry",
     "get_telemetry",
     "init_telemetry_driver",
     "init_telemetry_worker",

@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from spanspec.findings import did_you_mean
-from spanspec.settings import SettingsError, load_settings
+from spanspec.settings import MAX_SHUTDOWN_TIMEOUT_S, SettingsError, load_settings
 
 __all__ = ["TelemetryConfig"]
 
@@ -53,7 +53,13 @@ class TelemetryConfig(BaseModel):
         None, description="Shared by every process; default $SLURM_JOB_ID, else random."
     )
     user_id: str | None = Field(None, description="Who launched the run (sensitive).")
-    shutdown_timeout_s: float = Field(5.0, gt=0, description="Bound on the final flush, seconds.")
+    shutdown_timeout_s: float = Field(
+        5.0,
+        gt=0,
+        le=MAX_SHUTDOWN_TIMEOUT_S,
+        allow_inf_nan=False,
+        description="Bound on the final flush, seconds.",
+    )
 
     @model_validator(mode="before")
     @classmethod

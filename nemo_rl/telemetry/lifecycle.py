@@ -32,9 +32,10 @@ from spanspec import export
 from spanspec import metrics as spanspec_metrics
 from spanspec.compile import Spec
 from spanspec.export import ExportStats, TelemetryHandle
-from spanspec.settings import DEFAULT_PREFIX, Settings, load_settings
+from spanspec.settings import DEFAULT_PREFIX, Settings, SettingsError, load_settings
 
 __all__ = [
+    "check_telemetry",
     "get_telemetry",
     "init_telemetry_driver",
     "init_telemetry_worker",
@@ -170,6 +171,64 @@ def resolve_settings(
     return settings, mapping
 
 
+def check_telemetry(
+    config: Any = None, *, spec: Spec | None = None, env: Mapping[str, str] | None = None
+) -> tuple[Settings, Mapping[str, Any], Spec, frozenset[str]]:
+    """Check everything a run checks about its telemetry before it starts; write nothing.
+
+    The ``telemetry:`` block, every ``NEMO_RL_OTEL_*`` / ``OTEL_*`` variable the exporters read
+    (:func:`spanspec.settings.load_settings`), the group expression against the registry (the
+    message names the variable or key it came from) and, for the file exporter, that
+    ``file_dir`` can be created. ``python -m nemo_rl.telemetry settings`` and
+    :func:`init_telemetry_driver` both call this, so they accept and refuse the same things.
+
+    Returns:
+        The settings, the config as a mapping, the registry and the enabled groups.
+
+    Raises:
+        pydantic.ValidationError: for a malformed ``telemetry:`` block.
+        SettingsError: for a bad variable, an unknown group or an unwritable ``file_dir``.
+        SpecError: for a registry that cannot be loaded.
+    """
+    settings, mapping = resolve_settings(config, env)
+    spec = spec or spanspec.load()
+    try:
+        groups = spec.resolve(settings.span_groups)
+    except spanspec.SpecError as exc:
+        where = _where(settings, "span_groups")
+        raise SettingsError(
+            [f"{where}={settings.span_groups!r}: {f.message}" for f in exc.findings]
+        ) from None
+    if settings.enabled and "file" in settings.exporters:
+        problem = _unwritable(Path(settings.file_dir))
+        if problem:
+            raise SettingsError(
+                [f"{_where(settings, 'file_dir')}={settings.file_dir!r}: {problem}"]
+            )
+    return settings, mapping, spec, groups
+
+
+def _where(settings: Settings, name: str) -> str:
+    """``NEMO_RL_OTEL_SPAN_GROUPS`` or ``telemetry.span_groups``: where a setting came from."""
+    source = settings.sources.get(name, "default")
+    kind, _, place = source.partition(" ")
+    return place.split(" ")[0] if kind in ("env", "config") and place else f"telemetry.{name}"
+
+
+def _unwritable(folder: Path) -> str | None:
+    """Why ``folder`` cannot be created or written, or None when it can."""
+    probe = folder
+    while not probe.exists():
+        if probe.parent == probe:
+            return "no such folder"
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{probe} is a file, not a folder"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"cannot write in {probe} (permission denied or read-only file system)"
+    return None
+
+
 # -- the environment workers inherit --------------------------------------------------------------
 
 
@@ -227,15 +286,16 @@ def init_telemetry_driver(
 
     Raises:
         pydantic.ValidationError: for a malformed ``telemetry:`` block (unknown key, bad value).
-        SettingsError: for a malformed ``NEMO_RL_OTEL_*`` / ``NEMO_LENS_*`` / OTLP variable.
-        SpecError: for a registry problem or an unknown word in ``span_groups``.
+        SettingsError: for a malformed ``NEMO_RL_OTEL_*`` / ``NEMO_LENS_*`` / OTLP variable, an
+            unknown word in ``span_groups`` or an unwritable ``file_dir`` (see
+            :func:`check_telemetry`).
+        SpecError: for a registry problem.
     """
     global _handle, _settings
     if _handle is not None:
         return _handle
-    settings, mapping = resolve_settings(config)
-    spec = spec or spanspec.load()
-    groups = spec.resolve(settings.span_groups)  # an unknown group fails here, not in a worker
+    # Every check before anything starts: an unknown group fails here, not in a worker.
+    settings, mapping, spec, groups = check_telemetry(config, spec=spec)
     if _ray_started():
         _log.warning(
             "telemetry: init_telemetry_driver ran after Ray started; workers started earlier "

@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from pydantic import BaseModel, ValidationError
 
-__all__ = ["ConfigError", "load_config", "validate_config"]
+__all__ = ["ConfigError", "load_config", "read_config", "validate_config"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -28,7 +28,10 @@ class ConfigError(ValueError):
 
     def __init__(self, problems: list[str]) -> None:
         self.problems = problems
-        super().__init__("invalid config:\n  " + "\n  ".join(problems))
+        if len(problems) == 1:
+            super().__init__(f"invalid config: {problems[0]}")
+        else:
+            super().__init__("invalid config:\n  " + "\n  ".join(problems))
 
 
 def load_config(path: str | None, overrides: Sequence[str], model: type[M]) -> M:
@@ -36,6 +39,15 @@ def load_config(path: str | None, overrides: Sequence[str], model: type[M]) -> M
 
     Each override is ``dotted.key=value`` (values parsed as YAML: ``20``, ``true``, ``[a, b]``).
     Raises ``ConfigError`` for a malformed override or any invalid or unknown key.
+    """
+    return validate_config(read_config(path, overrides), model)
+
+
+def read_config(path: str | None, overrides: Sequence[str]) -> dict[str, Any]:
+    """Returns the YAML at ``path`` (None: empty) merged with ``overrides``, interpolations resolved.
+
+    Raises ``ConfigError`` naming the file:line:col, the override or the key for a missing file,
+    a YAML error, a malformed override or an interpolation that cannot be resolved.
     """
     base = _read_yaml(path) if path else OmegaConf.create({})
     bad = [o for o in overrides if "=" not in o]
@@ -48,7 +60,7 @@ def load_config(path: str | None, overrides: Sequence[str], model: type[M]) -> M
         key = getattr(e, "full_key", None)
         message = str(e).splitlines()[0]
         raise ConfigError([f"{key}: {message}" if key else message]) from None
-    return validate_config(data, model)
+    return data  # type: ignore[return-value]
 
 
 def _read_yaml(path: str) -> Any:
