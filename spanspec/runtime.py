@@ -101,10 +101,14 @@ class _Gate:
             decl = self.attributes[key]
             value = _coerce(decl, value)
             if value is _BAD:
+                given = attributes[key]
+                # A sensitive value never reaches a message (which logs may export).
+                shown = "(value not shown: sensitive)" if decl.sensitive else repr(given)
                 _problem(
                     self,
                     "span.attribute_type",
-                    f"span '{self.name}': attribute '{key}' must be {_describe(decl)}, got {type(attributes[key]).__name__} {attributes[key]!r}",
+                    f"span '{self.name}': attribute '{key}' must be {_describe(decl)}, got "
+                    f"{type(given).__name__} {shown}",
                     key,
                 )
                 continue
