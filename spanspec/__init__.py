@@ -11,9 +11,10 @@ registry file is read (:func:`load`), the OpenTelemetry SDK only in :mod:`spansp
 
 from __future__ import annotations
 
-from spanspec.compile import Spec, load
 from spanspec.findings import Finding, SpecError
+from spanspec.registry import load
 from spanspec.runtime import activate, deactivate, span, traced
+from spanspec.spec import Spec
 
 __all__ = ["Finding", "Spec", "SpecError", "activate", "deactivate", "load", "span", "traced"]
 __version__ = "0.1.0"

@@ -2,8 +2,8 @@
 
 The scan parses each file (``ast``, nothing is imported or run) and finds every call whose callee
 is the name ``span`` or ``traced`` or an attribute ``.span`` / ``.traced`` (``spanspec.span``,
-``timer.span``) with a first positional argument. It then checks, against a compiled
-:class:`~spanspec.compile.Spec`:
+``timer.span``) with a first positional argument. Then
+:func:`spanspec.codecheck.check_calls` checks them against a compiled :class:`~spanspec.spec.Spec`:
 
 - ``code.undeclared_span`` (violation): a literal name the registry does not declare;
 - ``code.non_literal_name`` (violation): a name that is not a string literal, a module-level
@@ -25,27 +25,23 @@ call is). A call with ``# spanspec: ignore`` on one of its lines is skipped.
 from __future__ import annotations
 
 import ast
-import fnmatch
 import os
 import re
-from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spanspec.compile import ALGORITHM_PLACEHOLDER, Spec
-from spanspec.findings import Finding, a_type, did_you_mean
+from spanspec.findings import Finding
 
 if TYPE_CHECKING:
-    from spanspec.loader import Located
+    pass
 
 __all__ = [
     "IGNORE_COMMENT",
     "SPAN_FUNCTIONS",
     "CodeScan",
     "SpanCall",
-    "check_calls",
     "iter_python_files",
     "scan_paths",
     "scan_source",
@@ -286,193 +282,3 @@ def _fstring_pattern(node: ast.JoinedStr) -> str:
         else:
             parts.append(".+?")
     return "".join(parts)
-
-
-# -- checking the calls against a spec ------------------------------------------------------------
-
-
-def check_calls(
-    spec: Spec,
-    scan: CodeScan,
-    *,
-    located: Located | None = None,
-    require_used: Sequence[str] = (),
-    report_unused: bool = True,
-) -> list[Finding]:
-    """Check the scanned calls against ``spec``; see the module docstring for each finding id.
-
-    ``located`` (the registry's parsed YAML) lets unused-span findings point at the declaration;
-    without it they point at the registry file. ``require_used`` globs (``rl.grpo.*``) turn
-    unused spans they match into violations.
-
-    Returns:
-        The findings, the scan's own findings first.
-    """
-    findings = list(scan.findings)
-    used: set[str] = set()
-    names = list(spec.spans)
-    suggestions = [*names, *{e.template for e in spec.spans.values()}]
-    for call in scan.calls:
-        where = {"file": call.file, "line": call.line, "col": call.col}
-        if call.name is not None:
-            if call.name not in spec.spans:
-                hint = did_you_mean(call.name, suggestions)
-                extra = ""
-                if ALGORITHM_PLACEHOLDER in call.name:
-                    extra = f"; {ALGORITHM_PLACEHOLDER} is expanded in the registry, use a concrete name"
-                findings.append(
-                    Finding(
-                        "code.undeclared_span",
-                        f"{call.function}(): span '{call.name}' is not declared in the registry{hint}{extra}",
-                        **where,
-                    )
-                )
-                continue
-            matched = [call.name]
-        elif call.pattern is not None:
-            regex = re.compile(call.pattern, re.DOTALL)
-            matched = [n for n in names if regex.fullmatch(n)]
-            if not matched:
-                findings.append(
-                    Finding(
-                        "code.undeclared_span",
-                        f"{call.function}(): no declared span matches {call.source}",
-                        **where,
-                    )
-                )
-                continue
-            shown = ", ".join(matched[:6]) + (
-                f" and {len(matched) - 6} more" if len(matched) > 6 else ""
-            )
-            findings.append(
-                Finding(
-                    "code.templated_name",
-                    f"{call.function}(): {call.source} can stand for {len(matched)} declared "
-                    f"span(s): {shown}",
-                    level="information",
-                    **where,
-                )
-            )
-        else:
-            findings.append(
-                Finding(
-                    "code.non_literal_name",
-                    f"{call.function}(): the span name {call.expression} is not a string literal, "
-                    "so it cannot be checked; use a literal (or an f-string over a declared "
-                    f"template), or mark a deliberate wrapper with '# {IGNORE_COMMENT}'",
-                    **where,
-                )
-            )
-            continue
-        used.update(matched)
-        findings.extend(_attribute_findings(spec, call, matched))
-    if report_unused:
-        findings.extend(_unused(spec, used, located, require_used))
-    return findings
-
-
-def _attribute_findings(spec: Spec, call: SpanCall, matched: list[str]) -> list[Finding]:
-    findings: list[Finding] = []
-    where = {"file": call.file, "line": call.line, "col": call.col}
-    label = f"span '{matched[0]}'" if len(matched) == 1 else f"spans {call.source}"
-    for key, value in call.attributes:
-        lacking = [n for n in matched if key not in spec.spans[n].attributes]
-        if lacking:
-            hint = did_you_mean(key, spec.spans[lacking[0]].attributes)
-            whom = label if len(lacking) == len(matched) else f"span(s) {', '.join(lacking[:4])}"
-            findings.append(
-                Finding(
-                    "code.undeclared_attribute",
-                    f"{call.function}(): attribute '{key}' is not declared for {whom}{hint}",
-                    **where,
-                )
-            )
-            continue
-        if value is UNKNOWN:
-            continue
-        decl = spec.spans[matched[0]].attributes[key]
-        if not replace(decl, allowed=None).accepts(value):
-            findings.append(
-                Finding(
-                    "code.attribute_type",
-                    f"{call.function}(): attribute '{key}' of {label} must be {a_type(decl.type)}, "
-                    f"got {type(value).__name__} {value!r}",
-                    **where,
-                )
-            )
-        elif not decl.accepts(value):
-            allowed = ", ".join(sorted(map(str, decl.allowed or ())))
-            findings.append(
-                Finding(
-                    "code.attribute_value",
-                    f"{call.function}(): attribute '{key}' of {label} = {value!r} is not one of "
-                    f"the declared values: {allowed}",
-                    **where,
-                )
-            )
-    if not call.dynamic_attributes:
-        given = {k for k, _ in call.attributes}
-        missing = sorted({k for n in matched for k in spec.spans[n].required} - given)
-        if missing:
-            findings.append(
-                Finding(
-                    "code.missing_required_attribute",
-                    f"{call.function}(): {label} requires {', '.join(repr(k) for k in missing)}, "
-                    "not given here (set it on the span if it is known only later)",
-                    level="improvement",
-                    **where,
-                )
-            )
-    return findings
-
-
-def _unused(
-    spec: Spec, used: set[str], located: Located | None, require_used: Sequence[str]
-) -> list[Finding]:
-    findings: list[Finding] = []
-    for pattern in require_used:
-        if not any(fnmatch.fnmatchcase(n, pattern) for n in spec.spans):
-            findings.append(
-                Finding(
-                    "code.require_used_unmatched",
-                    f"--require-used {pattern!r} matches no declared span",
-                    file="<command line>",
-                )
-            )
-    positions = _declaration_positions(located)
-    # (template, required glob or "") -> unused concrete names, in registry order
-    unused: dict[tuple[str, str], list[str]] = defaultdict(list)
-    for name, entry in spec.spans.items():
-        if name in used:
-            continue
-        glob = next((p for p in require_used if fnmatch.fnmatchcase(name, p)), "")
-        unused[(entry.template, glob)].append(name)
-    for (template, glob), missing in unused.items():
-        line, col = positions.get(template, (0, 0))
-        if ALGORITHM_PLACEHOLDER in template:
-            algorithms = [spec.spans[n].algorithm or n for n in missing]
-            what = f"span '{template}' is declared but never used in the scanned code for: {', '.join(algorithms)}"
-        else:
-            what = f"span '{template}' is declared but never used in the scanned code"
-        findings.append(
-            Finding(
-                "code.unused_span",
-                what + (f" (required by --require-used {glob!r})" if glob else ""),
-                level="violation" if glob else "improvement",
-                file=located.path if located else spec.source,
-                line=line,
-                col=col,
-            )
-        )
-    return findings
-
-
-def _declaration_positions(located: Located | None) -> dict[str, tuple[int, int]]:
-    """Span name (or template) as written in the registry -> (line, col) of its ``name``."""
-    if located is None or not isinstance(located.data, dict):
-        return {}
-    out: dict[str, tuple[int, int]] = {}
-    for i, decl in enumerate(located.data.get("spans") or []):
-        if isinstance(decl, dict) and isinstance(decl.get("name"), str):
-            out.setdefault(decl["name"], located.position(("spans", i, "name")))
-    return out

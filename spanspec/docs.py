@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from spanspec.compile import ALGORITHM_PLACEHOLDER, SpanEntry, Spec
+from spanspec.spec import ALGORITHM_PLACEHOLDER, SpanEntry, Spec
 
 __all__ = ["REFERENCE_FILE", "render_reference"]
 

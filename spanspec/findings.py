@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Literal
 
-__all__ = ["Finding", "Level", "SpecError", "a_type", "did_you_mean"]
+__all__ = ["Finding", "Level", "SpecError", "a_type", "closest", "did_you_mean"]
 
 Level = Literal["violation", "improvement", "information"]
 
@@ -51,7 +51,13 @@ def a_type(kind: str) -> str:
     return f"{'an' if kind[:1] in 'aeiou' else 'a'} {kind}"
 
 
-def did_you_mean(word: str, candidates: Iterable[str]) -> str:
+def closest(word: str, candidates: Iterable[str], cutoff: float = 0.6) -> str | None:
+    """Return the candidate closest to ``word`` (``difflib`` ratio >= ``cutoff``), or None."""
+    match = difflib.get_close_matches(word, list(candidates), n=1, cutoff=cutoff)
+    return match[0] if match else None
+
+
+def did_you_mean(word: str, candidates: Iterable[str], cutoff: float = 0.6) -> str:
     """Return ``" (did you mean 'x'?)"`` for the closest candidate, or ``""`` when none is close."""
-    match = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
-    return f" (did you mean '{match[0]}'?)" if match else ""
+    match = closest(word, candidates, cutoff)
+    return f" (did you mean '{match}'?)" if match else ""

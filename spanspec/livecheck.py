@@ -17,9 +17,9 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from spanspec.compile import AttributeDef, Spec
 from spanspec.findings import Finding, SpecError, a_type, did_you_mean
 from spanspec.otlp_json import SpanRecord
+from spanspec.spec import REDACTED, AttributeDef, Spec
 
 __all__ = [
     "GROUPS_RESOURCE_ATTRIBUTE",
@@ -36,7 +36,6 @@ GROUPS_RESOURCE_ATTRIBUTE = "spanspec.groups"
 LIBRARY_ATTRIBUTE_PREFIX = "spanspec."
 # The instrumentation scope of spans started by spanspec.runtime; others are not checked.
 SCOPE = "spanspec"
-REDACTED = "[REDACTED]"
 
 
 @dataclass(frozen=True)

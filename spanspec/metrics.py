@@ -31,7 +31,7 @@ from typing import Any
 
 from opentelemetry import metrics as otel_metrics
 
-from spanspec.compile import MetricDef, Spec
+from spanspec.spec import MetricDef, Spec
 
 __all__ = [
     "DURATION_BUCKETS_S",

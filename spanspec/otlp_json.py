@@ -1,6 +1,6 @@
 """OTLP/JSON trace lines -> simple span records.
 
-The file exporter (:mod:`spanspec._file_exporter`) writes ``traces.jsonl``: one OTLP
+The file exporter (:mod:`spanspec.export._file_exporter`) writes ``traces.jsonl``: one OTLP
 ``ExportTraceServiceRequest`` per line, in the OTLP/JSON encoding. This module reads such files
 back into :class:`SpanRecord` objects, flat and easy to test against, with no SDK or protobuf
 import. It also accepts what ``google.protobuf.json_format.MessageToJson`` writes for the same

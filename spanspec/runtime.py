@@ -15,14 +15,15 @@ import numbers
 import os
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from contextlib import AbstractContextManager
+from typing import Any, TypeVar, cast
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode
 
-from spanspec.compile import AttributeDef, SpanEntry, Spec
 from spanspec.findings import Finding, SpecError, a_type
+from spanspec.spec import REDACTED, AttributeDef, SpanEntry, Spec
 
 __all__ = [
     "DEFAULT_ENV_VAR",
@@ -38,7 +39,6 @@ __all__ = [
 ]
 
 DEFAULT_ENV_VAR = "NEMO_RL_OTEL_SPAN_GROUPS"
-REDACTED = "[REDACTED]"
 _log = logging.getLogger("spanspec")
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -238,7 +238,7 @@ _undeclared_gates: dict[str, _Gate] = {}
 _lock = threading.Lock()
 
 
-def span(name: str, /, **attributes: Any) -> Any:
+def span(name: str, /, **attributes: Any) -> AbstractContextManager[Span | None]:
     """Open the registry's span ``name`` as a context manager.
 
     ``with span("rl.grpo.rollout", **{"rl.iteration": 3}) as s:`` gives the OpenTelemetry span,
@@ -304,7 +304,8 @@ def traced(name: str, /, **attributes: Any) -> Callable[[F], F]:
                 live = span(name, **attributes)
                 if live is NOOP:
                     return (yield from fn(*args, **kwargs))
-                return (yield from _traced_generator(live.start(), fn(*args, **kwargs)))
+                started = cast(_LiveSpan, live).start()
+                return (yield from _traced_generator(started, fn(*args, **kwargs)))
 
             return generator_wrapper  # type: ignore[return-value]
         if inspect.isasyncgenfunction(fn):
@@ -316,7 +317,7 @@ def traced(name: str, /, **attributes: Any) -> Callable[[F], F]:
                     async for item in fn(*args, **kwargs):
                         yield item
                     return
-                otel_span = live.start()
+                otel_span = cast(_LiveSpan, live).start()
                 try:
                     async for item in fn(*args, **kwargs):
                         yield item

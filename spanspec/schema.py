@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
-from spanspec.compile import ALGORITHM_PLACEHOLDER
+from spanspec.spec import ALGORITHM_PLACEHOLDER
 
 __all__ = [
     "ALGORITHM_PLACEHOLDER",

@@ -18,12 +18,14 @@ This module knows nothing about any particular program and imports no OpenTeleme
 
 from __future__ import annotations
 
-import difflib
 import math
 import os
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+from spanspec.findings import closest, did_you_mean
+from spanspec.spec import REDACTED
 
 __all__ = [
     "DEFAULT_PREFIX",
@@ -36,6 +38,7 @@ __all__ = [
     "FieldSpec",
     "Settings",
     "SettingsError",
+    "field_spec",
     "load_settings",
     "otel_env_problems",
     "otlp_endpoint_configured",
@@ -124,8 +127,8 @@ def _choice(allowed: tuple[str, ...]) -> Callable[[Any], str]:
             return value.strip().lower()
         hint = ""
         if isinstance(value, str):
-            close = difflib.get_close_matches(value.strip().lower(), allowed, n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else ""
+            close = closest(value.strip().lower(), allowed)
+            hint = f"; did you mean '{close}'?" if close else ""
         raise ValueError(f"expected one of: {', '.join(allowed)}{hint}")
 
     return parse
@@ -138,8 +141,8 @@ def _exporters(value: Any) -> str:
     allowed = f"one of {', '.join(EXPORTERS)}, or a comma list of otlp, console, file"
     if not words or any(w not in EXPORTERS for w in words):
         bad = [w for w in words if w not in EXPORTERS]
-        close = difflib.get_close_matches(bad[0], EXPORTERS, n=1) if bad else []
-        hint = f"; did you mean '{close[0]}'?" if close else ""
+        close = closest(bad[0], EXPORTERS) if bad else None
+        hint = f"; did you mean '{close}'?" if close else ""
         raise ValueError(f"expected {allowed}{hint}")
     if len(words) > 1 and ({"auto", "none"} & set(words)):
         raise ValueError(f"expected {allowed} ('auto' and 'none' cannot be combined)")
@@ -235,8 +238,21 @@ FIELDS: tuple[FieldSpec, ...] = (
     ),
 )
 _BY_NAME = {f.name: f for f in FIELDS}
-# Settings whose value is never printed (tables, logs): shown as <redacted>.
+# Settings whose value is never printed (tables, logs): shown as [REDACTED].
 SENSITIVE_FIELDS = frozenset({"user_id"})
+
+
+def field_spec(name: str) -> FieldSpec:
+    """The declaration of setting ``name`` (its parser, default and meaning).
+
+    Raises:
+        KeyError: for a name that is not a setting.
+    """
+    return _BY_NAME[name]
+
+
+def _default(name: str) -> Any:
+    return _BY_NAME[name].default
 
 
 def otlp_endpoint_configured(env: Mapping[str, str] | None = None) -> str | None:
@@ -253,21 +269,21 @@ class Settings:
     ``exporter`` is already resolved (never ``auto``); ``exporters`` splits it.
     """
 
-    enabled: bool = True
-    service_name: str = "nemo-rl"
-    span_groups: str = "default"
-    exporter: str = "file"
-    file_dir: str = "telemetry"
-    export_strategy: str = "single_rank"
-    export_rank: int = 0
-    export_sample_rate: float = 0.1
-    traces_enabled: bool = True
-    metrics_enabled: bool = True
-    logs_enabled: bool = False
-    vllm_native_tracing: bool = False
-    run_id: str | None = None
-    user_id: str | None = None
-    shutdown_timeout_s: float = 5.0
+    enabled: bool = _default("enabled")
+    service_name: str = _default("service_name")
+    span_groups: str = _default("span_groups")
+    exporter: str = "file"  # resolved: what the default "auto" gives when no endpoint is set
+    file_dir: str = _default("file_dir")
+    export_strategy: str = _default("export_strategy")
+    export_rank: int = _default("export_rank")
+    export_sample_rate: float = _default("export_sample_rate")
+    traces_enabled: bool = _default("traces_enabled")
+    metrics_enabled: bool = _default("metrics_enabled")
+    logs_enabled: bool = _default("logs_enabled")
+    vllm_native_tracing: bool = _default("vllm_native_tracing")
+    run_id: str | None = _default("run_id")
+    user_id: str | None = _default("user_id")
+    shutdown_timeout_s: float = _default("shutdown_timeout_s")
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -292,7 +308,7 @@ class Settings:
         for name, value in values.items():
             spec = _BY_NAME.get(name)
             if spec is None:
-                problems.append(f"{name}: unknown setting{_suggest(name, _BY_NAME)}")
+                problems.append(f"{name}: unknown setting{did_you_mean(name, _BY_NAME)}")
                 continue
             try:
                 parsed[name] = spec.parse(value)
@@ -318,7 +334,7 @@ class Settings:
     def format_table(self) -> str:
         """Return the settings as an aligned text table: name, value, source.
 
-        A sensitive setting (``user_id``) that is set shows as ``<redacted>``.
+        A sensitive setting (``user_id``) that is set shows as ``[REDACTED]``.
         """
         rows = [("setting", "value", "source")] + [
             (name, _shown(name, value), source) for name, value, source in self.items()
@@ -330,7 +346,7 @@ class Settings:
 def _shown(name: str, value: Any) -> str:
     if value is None:
         return ""
-    return "<redacted>" if name in SENSITIVE_FIELDS else str(value)
+    return REDACTED if name in SENSITIVE_FIELDS else str(value)
 
 
 # -- the SDK's own variables: checked here so a bad one is named, not blamed on an exporter -----
@@ -429,11 +445,6 @@ def otel_env_problems(env: Mapping[str, str], exporters: Iterable[str]) -> list[
     return problems
 
 
-def _suggest(word: str, candidates: Iterable[str]) -> str:
-    close = difflib.get_close_matches(word, list(candidates), n=1)
-    return f" (did you mean '{close[0]}'?)" if close else ""
-
-
 def load_settings(
     mapping: Mapping[str, Any] | None = None,
     *,
@@ -463,7 +474,7 @@ def load_settings(
         for key in given:
             if key not in _BY_NAME:
                 label = f"{mapping_name}.{key}" if where == "config" else f"default {key}"
-                problems.append(f"{label}: unknown setting{_suggest(key, _BY_NAME)}")
+                problems.append(f"{label}: unknown setting{did_you_mean(key, _BY_NAME)}")
 
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
@@ -508,6 +519,4 @@ def load_settings(
         problems = otel_env_problems(env, exporters) if exporters else []
         if problems:
             raise SettingsError(problems)
-    known = {f.name for f in fields(Settings)}
-    assert known >= set(values), "FIELDS and Settings disagree"
     return Settings(**values, sources=sources)

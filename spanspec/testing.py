@@ -20,9 +20,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from spanspec.compile import Spec
-from spanspec.compile import load as load_spec
+from spanspec.registry import load as load_spec
 from spanspec.runtime import activate, deactivate
+from spanspec.spec import Spec
 
 __all__ = ["CapturedSpans", "capture", "spans"]
 

@@ -22,6 +22,7 @@ from nemo_rl.telemetry.config import TelemetryConfig
 from nemo_rl.telemetry.lifecycle import check_telemetry
 from nemo_rl.utils.config import ConfigError, read_config, validate_config
 from spanspec.settings import SENSITIVE_FIELDS, SettingsError
+from spanspec.spec import REDACTED
 
 
 class _TelemetryOnly(BaseModel):
@@ -55,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         rows = {
             name: {
-                "value": "<redacted>" if name in SENSITIVE_FIELDS and value is not None else value,
+                "value": REDACTED if name in SENSITIVE_FIELDS and value is not None else value,
                 "source": source,
             }
             for name, value, source in settings.items()

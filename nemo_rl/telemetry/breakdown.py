@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from spanspec.compile import Spec
+from spanspec.spec import Spec
 
 __all__ = ["Breakdown", "PhaseTime", "compute_breakdown", "step_breakdown"]
 
@@ -150,7 +150,7 @@ def step_breakdown(
     ``str()`` of the result is the table the examples print.
     """
     from spanspec import otlp_json
-    from spanspec.compile import load
+    from spanspec.registry import load
 
     paths = [trace_files] if isinstance(trace_files, str | os.PathLike) else list(trace_files)
     spans = otlp_json.read_spans(paths)

@@ -2,8 +2,10 @@
 
 Every field is optional in YAML; what is left out comes from the environment or the default (see
 :mod:`spanspec.settings` for the order). Unknown keys are rejected with the closest valid one.
-The value rules live in one place, :mod:`spanspec.settings`; this model adds types, field docs
-and the YAML-side errors.
+Each setting is declared once, in :data:`spanspec.settings.FIELDS` (name, parser, default,
+meaning); this model takes its defaults and docs from there, adds the types and the YAML-side
+errors, and checks its values with the same rules (:func:`spanspec.settings.load_settings`). A
+test fails when the two name different settings.
 """
 
 from __future__ import annotations
@@ -14,9 +16,24 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from spanspec.findings import did_you_mean
-from spanspec.settings import MAX_SHUTDOWN_TIMEOUT_S, SettingsError, load_settings
+from spanspec.settings import (
+    MAX_SHUTDOWN_TIMEOUT_S,
+    STRATEGIES,
+    SettingsError,
+    field_spec,
+    load_settings,
+)
 
 __all__ = ["TelemetryConfig"]
+_UNSET: Any = object()
+
+
+def _field(name: str, *, default: Any = _UNSET, doc: str = "", **constraints: Any) -> Any:
+    """The pydantic field of setting ``name``: default and description from its one declaration in
+    :data:`spanspec.settings.FIELDS` (unless given), plus the type constraints pydantic checks."""
+    spec = field_spec(name)
+    value = spec.default if default is _UNSET else default
+    return Field(value, description=doc or spec.doc, **constraints)
 
 
 class TelemetryConfig(BaseModel):
@@ -24,41 +41,28 @@ class TelemetryConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    enabled: bool = Field(True, description="Master switch for traces, metrics and logs.")
-    service_name: str = Field("nemo-rl", description="OpenTelemetry service.name of every process.")
-    span_groups: str = Field(
-        "default",
-        description="Group expression: which spans are emitted, e.g. per_step,-generation.",
+    enabled: bool = _field("enabled")
+    service_name: str = _field("service_name")
+    span_groups: str = _field("span_groups")
+    exporter: str = _field("exporter")
+    file_dir: str | None = _field(
+        "file_dir",
+        default=None,
+        doc="Folder of the OTLP-JSON files; default <run folder>/telemetry.",
     )
-    exporter: str = Field(
-        "auto",
-        description="otlp, console, file, none or a comma list; auto: otlp when an OTLP endpoint "
-        "variable is set, else file.",
+    export_strategy: Literal[STRATEGIES] = _field("export_strategy")  # type: ignore[valid-type]
+    export_rank: int = _field("export_rank", ge=0)
+    export_sample_rate: float = _field("export_sample_rate", ge=0.0, le=1.0)
+    traces_enabled: bool = _field("traces_enabled")
+    metrics_enabled: bool = _field("metrics_enabled")
+    logs_enabled: bool = _field("logs_enabled")
+    vllm_native_tracing: bool = _field("vllm_native_tracing")
+    run_id: str | None = _field(
+        "run_id", doc="Shared by every process; default $SLURM_JOB_ID, else random."
     )
-    file_dir: str | None = Field(
-        None, description="Folder of the OTLP-JSON files; default <run folder>/telemetry."
-    )
-    export_strategy: Literal["single_rank", "all_ranks", "first_rank_per_node", "sampled"] = Field(
-        "single_rank", description="Which worker ranks export (the driver always does)."
-    )
-    export_rank: int = Field(0, ge=0, description="The rank that exports under single_rank.")
-    export_sample_rate: float = Field(
-        0.1, ge=0.0, le=1.0, description="Share of ranks exporting under sampled."
-    )
-    traces_enabled: bool = Field(True, description="Export spans.")
-    metrics_enabled: bool = Field(True, description="Export metrics.")
-    logs_enabled: bool = Field(False, description="Send Python logging records as OTel logs.")
-    vllm_native_tracing: bool = Field(False, description="Also switch on vLLM's own spans.")
-    run_id: str | None = Field(
-        None, description="Shared by every process; default $SLURM_JOB_ID, else random."
-    )
-    user_id: str | None = Field(None, description="Who launched the run (sensitive).")
-    shutdown_timeout_s: float = Field(
-        5.0,
-        gt=0,
-        le=MAX_SHUTDOWN_TIMEOUT_S,
-        allow_inf_nan=False,
-        description="Bound on the final flush, seconds.",
+    user_id: str | None = _field("user_id")
+    shutdown_timeout_s: float = _field(
+        "shutdown_timeout_s", gt=0, le=MAX_SHUTDOWN_TIMEOUT_S, allow_inf_nan=False
     )
 
     @model_validator(mode="before")

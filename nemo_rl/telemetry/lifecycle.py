@@ -30,9 +30,9 @@ import spanspec
 from nemo_rl.telemetry.config import TelemetryConfig
 from spanspec import export
 from spanspec import metrics as spanspec_metrics
-from spanspec.compile import Spec
 from spanspec.export import ExportStats, TelemetryHandle
 from spanspec.settings import DEFAULT_PREFIX, Settings, SettingsError, load_settings
+from spanspec.spec import Spec
 
 __all__ = [
     "check_telemetry",

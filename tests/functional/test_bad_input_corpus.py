@@ -266,6 +266,6 @@ def test_settings_shows_user_id_redacted(tmp_path):
     r = _run([*TELEMETRY], tmp_path, {"NEMO_RL_OTEL_USER_ID": "alice-secret-7"})
     assert r.returncode == 0, r.stderr
     assert "alice-secret-7" not in r.stdout + r.stderr
-    assert "<redacted>" in r.stdout
+    assert "[REDACTED]" in r.stdout
     r = _run([*TELEMETRY, "--json"], tmp_path, {"NEMO_RL_OTEL_USER_ID": "alice-secret-7"})
     assert "alice-secret-7" not in r.stdout + r.stderr

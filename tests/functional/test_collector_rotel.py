@@ -3,32 +3,16 @@
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
-import time
-from pathlib import Path
 
 import pytest
 
 import spanspec
 from spanspec import export, metrics
 from spanspec.settings import load_settings
-from tests.otlp_receiver import OtlpReceiver, free_port
+from tests.collector import AGENT, rotel_agent
+from tests.otlp_receiver import OtlpReceiver
 
-rotel = pytest.importorskip("rotel")
-AGENT = Path(rotel.__file__).parent / "rotel-agent"
-
-
-def wait_listening(port: int, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
+pytest.importorskip("rotel")
 
 
 @pytest.fixture
@@ -42,41 +26,15 @@ def clean_env(monkeypatch):
     metrics.unbind()
 
 
-@pytest.mark.skipif(not AGENT.exists(), reason="rotel ships no agent binary for this platform")
+@pytest.mark.skipif(AGENT is None, reason="rotel ships no agent binary for this platform")
 @pytest.mark.parametrize(("ours", "theirs"), [("grpc", "grpc"), ("http/protobuf", "http")])
 def test_spans_and_metrics_pass_through_rotel(clean_env, tmp_path, ours, theirs):
     with OtlpReceiver() as rx:
-        grpc_port, http_port = free_port(), free_port()
         upstream = rx.grpc_endpoint if theirs == "grpc" else rx.http_endpoint
-        agent = subprocess.Popen(
-            [
-                str(AGENT),
-                "start",
-                "--otlp-grpc-endpoint",
-                f"127.0.0.1:{grpc_port}",
-                "--otlp-http-endpoint",
-                f"127.0.0.1:{http_port}",
-                "--exporter",
-                "otlp",
-                "--otlp-exporter-endpoint",
-                upstream,
-                "--otlp-exporter-protocol",
-                theirs,
-                "--batch-timeout",
-                "50ms",
-                "--pid-file",
-                str(tmp_path / "rotel.pid"),
-                "--log-file",
-                str(tmp_path / "rotel.log"),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            wait_listening(grpc_port if ours == "grpc" else http_port)
+        with rotel_agent(upstream, theirs, tmp_path) as agent:
             clean_env.setenv(
                 "OTEL_EXPORTER_OTLP_ENDPOINT",
-                f"http://127.0.0.1:{grpc_port if ours == 'grpc' else http_port}",
+                agent.grpc_endpoint if ours == "grpc" else agent.http_endpoint,
             )
             clean_env.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", ours)
             handle = export.setup(
@@ -103,10 +61,3 @@ def test_spans_and_metrics_pass_through_rotel(clean_env, tmp_path, ours, theirs)
             assert rx.wait_until(lambda: "rl.policy.loss" in rx.metric_points(), timeout=10)
             point, resource = rx.metric_points()["rl.policy.loss"][-1]
             assert point.as_double == 0.5 and resource["service.name"] == "nemo-rl"
-        finally:
-            agent.terminate()
-            try:
-                agent.wait(5)
-            except subprocess.TimeoutExpired:
-                agent.kill()
-                agent.wait(5)

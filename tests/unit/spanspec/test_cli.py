@@ -197,7 +197,7 @@ def test_an_internal_error_is_one_line(monkeypatch, capsys):
     def broken(args):
         raise KeyError("boom")
 
-    monkeypatch.setattr(cli, "_cmd_groups", broken)
+    monkeypatch.setattr(cli.groups, "run", broken)
     monkeypatch.delenv("SPANSPEC_DEBUG", raising=False)
     assert cli.main(["groups", "all"]) == 3
     err = capsys.readouterr().err

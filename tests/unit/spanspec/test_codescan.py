@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 import spanspec
-from spanspec.codescan import check_calls, scan_paths, scan_source
+from spanspec.codecheck import check_calls
+from spanspec.codescan import scan_paths, scan_source
 from spanspec.compile import compile_registry
 from spanspec.loader import load_registry
 

@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 import spanspec
-from spanspec.compile import AttributeDef
+from spanspec.spec import AttributeDef
 
 BASE = """
 version: 1

@@ -21,7 +21,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 import spanspec
-from spanspec import _pipeline, export, metrics
+from spanspec import export, metrics
+from spanspec.export import _pipeline
 from spanspec.settings import Settings, SettingsError, load_settings
 
 REPO = Path(__file__).resolve().parents[3]

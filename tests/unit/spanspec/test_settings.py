@@ -160,3 +160,13 @@ def test_with_values_parses_and_records_the_source():
 def test_format_table_lists_value_and_source():
     table = load_settings(env={"NEMO_RL_OTEL_EXPORT_RANK": "3"}).format_table()
     assert "export_rank" in table and "env NEMO_RL_OTEL_EXPORT_RANK" in table
+
+
+def test_each_setting_is_declared_once_in_fields():
+    import dataclasses
+
+    names = [f.name for f in dataclasses.fields(Settings) if f.name != "sources"]
+    assert names == [f.name for f in FIELDS]
+    defaults = {name: getattr(Settings(), name) for name in names}
+    # exporter holds the resolved value: "auto" gives "file" when no OTLP endpoint is set.
+    assert defaults == {f.name: f.default for f in FIELDS} | {"exporter": "file"}

@@ -35,3 +35,12 @@ def test_unknown_key_names_the_closest_valid_one():
 def test_bad_values_are_rejected(key, value, message):
     with pytest.raises(ValidationError, match=message):
         TelemetryConfig.model_validate({key: value})
+
+
+def test_the_block_has_exactly_the_settings_of_spanspec():
+    from spanspec.settings import FIELDS
+
+    assert list(TelemetryConfig.model_fields) == [f.name for f in FIELDS]
+    defaults = TelemetryConfig().model_dump()
+    # file_dir defaults to the run folder's telemetry/, chosen when the run starts.
+    assert defaults == {f.name: f.default for f in FIELDS} | {"file_dir": None}

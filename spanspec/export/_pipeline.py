@@ -42,8 +42,8 @@ from opentelemetry.sdk.trace.export import (
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 
 from spanspec import metrics as spanspec_metrics
-from spanspec._file_exporter import FileLogExporter, FileMetricExporter, FileSpanExporter
-from spanspec.export import (
+from spanspec.export._file_exporter import FileLogExporter, FileMetricExporter, FileSpanExporter
+from spanspec.export._stats import (
     LOG_QUEUE_SIZE,
     METRIC_INTERVAL_MS,
     SCHEDULE_DELAY_MS,

@@ -1,0 +1,142 @@
+"""What every subcommand shares: usage errors, the common options, printing findings, writing files."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from spanspec.checking import display, read_registry, same_file
+from spanspec.findings import Finding
+from spanspec.registry import default_registry_path
+from spanspec.spec import Spec
+
+LEVELS = ("information", "improvement", "violation")
+
+
+class UsageError(Exception):
+    """A bad command line; printed as one line, exit code 2."""
+
+
+def add_common_options(p: argparse.ArgumentParser, formats: bool = True) -> None:
+    """``--registry`` and, with ``formats``, ``--format`` and ``--level``."""
+    p.add_argument(
+        "--registry",
+        metavar="PATH",
+        help="the registry file (default: $SPANSPEC_REGISTRY, else schemas/span_groups.yaml)",
+    )
+    if formats:
+        p.add_argument("--format", choices=("text", "json"), default="text", help="output format")
+        p.add_argument(
+            "--level",
+            choices=LEVELS,
+            default="information",
+            help="print findings of this level and above (the exit code counts all)",
+        )
+
+
+def require_spec(args: argparse.Namespace) -> tuple[Spec | None, list[Finding]]:
+    """The registry of ``--registry`` (or the default), compiled, and its findings."""
+    loaded = read_registry(args.registry or default_registry_path())
+    return loaded.spec, loaded.findings
+
+
+# -- output ---------------------------------------------------------------------------------------
+
+
+def _sorted(findings: Iterable[Finding], files: Sequence[str] = ()) -> list[Finding]:
+    """Grouped by file (``files`` first, in that order, then by first appearance), and by
+    position inside a file."""
+    findings = list(findings)
+    order: dict[str, int] = {name: i for i, name in enumerate(files)}
+    for f in findings:
+        order.setdefault(f.file, len(order))
+    return sorted(findings, key=lambda f: (order[f.file], f.line, f.col))
+
+
+def _counts(findings: Sequence[Finding]) -> dict[str, int]:
+    return {
+        "violations": sum(f.level == "violation" for f in findings),
+        "improvements": sum(f.level == "improvement" for f in findings),
+        "information": sum(f.level == "information" for f in findings),
+    }
+
+
+def _summary_line(counts: dict[str, int]) -> str:
+    return (
+        f"{counts['violations']} violation(s), {counts['improvements']} improvement(s), "
+        f"{counts['information']} information"
+    )
+
+
+def emit(
+    findings: Sequence[Finding],
+    args: argparse.Namespace,
+    *,
+    title: str,
+    summary: dict[str, Any] | None = None,
+    text_extra: str = "",
+    out: TextIO | None = None,
+) -> int:
+    """Print findings (text or JSON); return 1 if any is a violation, else 0."""
+    out = out or sys.stdout
+    findings = _sorted(findings, (summary or {}).get("files", ()))
+    counts = _counts(findings)
+    shown = [f for f in findings if LEVELS.index(f.level) >= LEVELS.index(args.level)]
+    if args.format == "json":
+        body = {
+            "findings": [f.to_dict() for f in shown],
+            "summary": {**counts, "ok": counts["violations"] == 0, **(summary or {})},
+        }
+        out.write(json.dumps(body, indent=2, default=str) + "\n")
+    else:
+        for f in shown:
+            out.write(f"{f}\n")
+        if text_extra:
+            out.write(text_extra.rstrip("\n") + "\n")
+        hidden = len(findings) - len(shown)
+        note = f" ({hidden} below --level {args.level} not shown)" if hidden else ""
+        out.write(f"{title}: {_summary_line(counts)}{note}\n")
+    return 1 if counts["violations"] else 0
+
+
+# -- files ----------------------------------------------------------------------------------------
+
+
+def source_name(path: str) -> str:
+    """How the docs name their registry: ``schemas/span_groups.yaml`` for the default one."""
+    default = default_registry_path()
+    if same_file(path, default):
+        return f"{default.parent.name}/{default.name}"
+    return display(path)
+
+
+def write_or_check(target: Path, text: str, check: bool, command: str) -> int:
+    """Write ``text`` to ``target``; with ``check``, write nothing and exit 1 when it differs."""
+    shown = display(target)
+    if check:
+        try:
+            current = target.read_text(encoding="utf-8")
+        except OSError:
+            current = None
+        if current == text:
+            print(f"{shown} is up to date")
+            return 0
+        state = "is missing" if current is None else "is out of date"
+        print(Finding("docs.stale", f"{shown} {state}; run `{command}`", file=shown, line=1, col=1))
+        return 1
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write {shown}: {exc.strerror}") from None
+    print(f"wrote {shown}")
+    return 0
+
+
+def trace_files(paths: Sequence[str]) -> list[str]:
+    """A folder stands for its ``traces.jsonl``."""
+    return [str(Path(p) / "traces.jsonl") if Path(p).is_dir() else p for p in paths]

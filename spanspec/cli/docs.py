@@ -1,0 +1,37 @@
+"""``spanspec docs --out DIR``: write (or ``--check``) the Markdown reference."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from spanspec.checking import display
+from spanspec.cli._common import add_common_options, emit, require_spec, source_name, write_or_check
+
+
+def add(commands: Any) -> None:
+    docs = commands.add_parser(
+        "docs",
+        help="generate the Markdown reference",
+        description="Write DIR/reference.md (groups, presets, attributes, spans, metrics).",
+    )
+    docs.add_argument("--out", required=True, metavar="DIR", help="output folder")
+    docs.add_argument(
+        "--check", action="store_true", help="write nothing; exit 1 if the file is not up to date"
+    )
+    add_common_options(docs)
+    docs.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from spanspec.docs import REFERENCE_FILE, render_reference
+
+    spec, findings = require_spec(args)
+    if spec is None:
+        return emit(findings, args, title="spanspec docs")
+    text = render_reference(spec, source_name(spec.source))
+    out = Path(args.out)
+    return write_or_check(
+        out / REFERENCE_FILE, text, args.check, f"spanspec docs --out {display(out)}"
+    )

@@ -1,0 +1,280 @@
+"""The :class:`TelemetryHandle`: the providers of one process, their stats, and a bounded shutdown."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from spanspec.settings import Settings
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.resources import Resource
+
+import atexit
+import logging
+import os
+import signal
+import threading
+import time
+import weakref
+from typing import Any
+
+from opentelemetry import metrics as otel_metrics
+from opentelemetry import trace as otel_trace
+
+from spanspec.export._stats import ExportStats, PipelineStats, _copy, _log
+
+# -- the handle -------------------------------------------------------------------------------
+
+
+class TelemetryHandle:
+    """The providers of one process, and the means to flush and shut them down.
+
+    ``tracer_provider`` / ``meter_provider`` are SDK providers when ``is_exporting``, otherwise
+    the API's no-op providers. ``logger_provider`` is None unless logs are exported.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        rank: int = 0,
+        world_size: int = 1,
+        *,
+        is_exporting: bool = False,
+        tracer_provider: Any = None,
+        meter_provider: Any = None,
+        logger_provider: Any = None,
+        resource: Resource | None = None,
+        reason: str = "",
+    ) -> None:
+        self.settings = settings
+        self.rank = rank
+        self.world_size = world_size
+        self.is_exporting = is_exporting
+        self.reason = reason
+        self.resource = resource
+        self.tracer_provider: otel_trace.TracerProvider = (
+            tracer_provider if tracer_provider is not None else otel_trace.NoOpTracerProvider()
+        )
+        self.meter_provider: otel_metrics.MeterProvider = (
+            meter_provider if meter_provider is not None else otel_metrics.NoOpMeterProvider()
+        )
+        self.logger_provider = logger_provider
+        self.pipelines: list[PipelineStats] = []
+        self._open_spans: Any = None
+        self._exporters: list[Any] = []
+        self._guards: list[Any] = []
+        self._log_handler: logging.Handler | None = None
+        self._filters: list[tuple[logging.Logger, logging.Filter]] = []
+        self._lock = threading.Lock()
+        self._final: ExportStats | None = None
+        self._shutdown_owner: int | None = None
+        self._done = threading.Event()
+        self._sigterm_previous: Any = None
+        self._atexit: Any = None
+
+    def __repr__(self) -> str:
+        state = "exporting" if self.is_exporting else f"not exporting ({self.reason})"
+        return (
+            f"<TelemetryHandle rank={self.rank}/{self.world_size} {state} {self.settings.exporter}>"
+        )
+
+    @property
+    def is_shut_down(self) -> bool:
+        return self._final is not None
+
+    def stats(self) -> ExportStats:
+        """Return a snapshot of the counts (the final ones after :meth:`shutdown`)."""
+        if self._final is not None:
+            return self._final
+        truncated = self._open_spans.truncated if self._open_spans is not None else 0
+        return ExportStats([_copy(p) for p in self.pipelines], truncated)
+
+    def force_flush(self, timeout_s: float = 5.0) -> bool:
+        """Export what is queued now, waiting at most ``timeout_s``.
+
+        Returns:
+            True when every provider flushed in time; never raises.
+        """
+        if not self.is_exporting or self.is_shut_down:
+            return True
+        providers = [
+            p for p in (self.tracer_provider, self.meter_provider, self.logger_provider) if p
+        ]
+        return _run_bounded(
+            [(lambda p=p: p.force_flush()) for p in providers if hasattr(p, "force_flush")],
+            timeout_s,
+        )
+
+    def shutdown(self, timeout_s: float | None = None) -> ExportStats:
+        """End open spans (marked truncated), flush and close every provider within ``timeout_s``.
+
+        ``timeout_s`` defaults to ``settings.shutdown_timeout_s``. Idempotent: later calls return
+        the first call's stats. Logs one line per pipeline that lost anything. Never raises.
+
+        Returns:
+            The final :class:`ExportStats`.
+        """
+        if self._final is not None:
+            return self._final
+        timeout = self.settings.shutdown_timeout_s if timeout_s is None else timeout_s
+        with self._lock:  # held for an instant only: a signal handler may interrupt the holder
+            owner = self._shutdown_owner
+            if owner is None:
+                self._shutdown_owner = threading.get_ident()
+        if owner is not None:
+            # Someone is already shutting down: another thread (wait for it), or this very
+            # thread, interrupted by SIGTERM mid-shutdown (waiting would deadlock).
+            if owner != threading.get_ident():
+                self._done.wait(timeout)
+            return self._final if self._final is not None else self.stats()
+        start = time.monotonic()
+        timed_out = False
+        truncated = 0
+        try:
+            if self.is_exporting:
+                if self._open_spans is not None:
+                    truncated = self._open_spans.end_all()
+                tasks = [
+                    lambda p=p: p.shutdown()
+                    for p in (self.tracer_provider, self.meter_provider, self.logger_provider)
+                    if p is not None and hasattr(p, "shutdown")
+                ]
+                # Keep a little of the budget to unblock exports still running.
+                timed_out = not _run_bounded(tasks, max(0.0, timeout - 0.1))
+                if timed_out:
+                    _abort_exporters(self._exporters)
+        except Exception:  # never into the caller
+            _log.exception("telemetry shutdown failed")
+        finally:
+            self._detach()
+        final = ExportStats(
+            [_copy(p) for p in self.pipelines],
+            truncated,
+            shutdown_s=time.monotonic() - start,
+            shutdown_timed_out=timed_out,
+        )
+        self._final = final
+        self._done.set()
+        self._report(final)
+        return final
+
+    def _report(self, final: ExportStats) -> None:
+        if not self.is_exporting:
+            return
+        lossy = [p for p in final.pipelines if p.lost]
+        for p in lossy:
+            _log.warning(
+                "telemetry: %s to %s %s lost %d of %d (%d dropped, %d in failed exports, "
+                "%d unresolved at shutdown)",
+                p.signal,
+                p.exporter,
+                p.destination,
+                p.lost,
+                p.ended if p.signal != "metrics" else p.submitted,
+                p.dropped,
+                p.failed,
+                p.unresolved,
+            )
+        if final.shutdown_timed_out:
+            _log.warning(
+                "telemetry: shutdown gave up after %.1f s; the collector did not answer in time",
+                final.shutdown_s,
+            )
+        if not lossy:
+            _log.info("telemetry: shut down in %.2f s, nothing lost", final.shutdown_s)
+
+    def _detach(self) -> None:
+        for guard in self._guards:
+            guard.closed = True
+        for logger, flt in self._filters:
+            logger.removeFilter(flt)
+        self._filters.clear()
+        if self._log_handler is not None:
+            logging.getLogger().removeHandler(self._log_handler)
+            self._log_handler = None
+        if self._atexit is not None:
+            atexit.unregister(self._atexit)
+            self._atexit = None
+        if (
+            self._sigterm_previous is not None
+            and threading.current_thread() is threading.main_thread()
+        ):
+            try:
+                if signal.getsignal(signal.SIGTERM) is self._sigterm_handler:
+                    signal.signal(signal.SIGTERM, self._sigterm_previous)
+            except (ValueError, OSError):
+                pass
+
+    # -- signals and exit --
+
+    def install_sigterm_flush(self) -> bool:
+        """Flush on SIGTERM, then hand the signal to the previous handler (or die by it).
+
+        Only possible in the main thread. Returns:
+            True when installed.
+        """
+        if threading.current_thread() is not threading.main_thread():
+            return False
+        try:
+            previous = signal.getsignal(signal.SIGTERM)
+            signal.signal(signal.SIGTERM, self._sigterm_handler)
+        except (ValueError, OSError):
+            return False
+        self._sigterm_previous = previous if previous is not None else signal.SIG_DFL
+        return True
+
+    def _sigterm_handler(self, signum: int, frame: Any) -> None:
+        previous = self._sigterm_previous
+        self.shutdown()
+        if callable(previous):
+            previous(signum, frame)
+        elif previous != signal.SIG_IGN:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def _register_atexit(self) -> None:
+        ref = weakref.ref(self)
+
+        def at_exit() -> None:
+            handle = ref()
+            if handle is not None:
+                handle.shutdown()
+
+        self._atexit = at_exit
+        atexit.register(at_exit)
+
+
+def _zero_after_fork(ref: weakref.ref[TelemetryHandle]) -> None:
+    """In a forked child, count from zero: the SDK dropped the parent's queue, nothing was lost."""
+    handle = ref()
+    for stats in handle.pipelines if handle is not None else ():
+        stats.ended = stats.submitted = stats.exported = stats.failed = stats.failed_exports = 0
+
+
+def _run_bounded(tasks: list[Any], timeout_s: float) -> bool:
+    """Run ``tasks`` in daemon threads at once; True if all finished within ``timeout_s``."""
+    threads = [
+        threading.Thread(target=_quietly, args=(t,), name="spanspec-shutdown", daemon=True)
+        for t in tasks
+    ]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + timeout_s
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return not any(t.is_alive() for t in threads)
+
+
+def _quietly(task: Any) -> None:
+    try:
+        task()
+    except Exception:
+        _log.debug("telemetry: flush step failed", exc_info=True)
+
+
+def _abort_exporters(exporters: list[Any]) -> None:
+    """Shut the real exporters down from aside: closes gRPC channels, stops retry back-offs."""
+    for exporter in exporters:
+        threading.Thread(
+            target=_quietly, args=(exporter.shutdown,), name="spanspec-abort", daemon=True
+        ).start()

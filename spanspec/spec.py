@@ -1,0 +1,188 @@
+"""The compiled registry: a frozen table of span name -> entry, and group-expression resolution.
+
+:class:`Spec` is what every consumer reads (:mod:`spanspec.runtime`, :mod:`spanspec.metrics`,
+:mod:`spanspec.livecheck`, :mod:`spanspec.docs`, :mod:`spanspec.codescan`, :mod:`spanspec.testing`).
+It is built by :mod:`spanspec.compile`; this module imports neither pydantic nor YAML.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from spanspec.findings import Finding, SpecError, did_you_mean
+
+__all__ = [
+    "ALGORITHM_PLACEHOLDER",
+    "REDACTED",
+    "AttributeDef",
+    "GroupDef",
+    "MetricDef",
+    "SpanEntry",
+    "Spec",
+]
+
+ALGORITHM_PLACEHOLDER = "{algorithm}"
+# What a sensitive attribute's value is replaced with, on the way out and when checked back.
+REDACTED = "[REDACTED]"
+
+
+# Python types accepted for each declared attribute type (bool is not an int here).
+_SCALARS: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "int": (int,),
+    "float": (float, int),
+    "bool": (bool,),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDef:
+    name: str
+    description: str
+    bucket: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class AttributeDef:
+    key: str
+    type: str
+    brief: str
+    allowed: frozenset[object] | None = None
+    sensitive: bool = False
+    cardinality: str = "low"
+
+    def accepts(self, value: object) -> bool:
+        """Whether ``value`` has the declared type and, where bounded, an allowed value."""
+        if self.type.endswith("[]"):
+            kinds = _SCALARS[self.type[:-2]]
+            if not isinstance(value, list | tuple):
+                return False
+            items = value
+        else:
+            kinds = _SCALARS[self.type]
+            items = (value,)
+        for item in items:
+            if isinstance(item, bool) and bool not in kinds:
+                return False
+            if not isinstance(item, kinds):
+                return False
+            if self.allowed is not None and item not in self.allowed:
+                return False
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class SpanEntry:
+    """One concrete span name, after template expansion."""
+
+    name: str
+    group: str
+    brief: str
+    template: str
+    algorithm: str | None
+    attributes: Mapping[str, AttributeDef]
+    requirements: Mapping[str, str]
+
+    @property
+    def required(self) -> frozenset[str]:
+        return frozenset(k for k, r in self.requirements.items() if r == "required")
+
+
+@dataclass(frozen=True, slots=True)
+class MetricDef:
+    name: str
+    instrument: str
+    unit: str
+    brief: str
+    from_keys: tuple[str, ...] = ()
+    spans: frozenset[str] = frozenset()
+    span_templates: tuple[str, ...] = ()
+    attributes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Spec:
+    """The compiled registry. Immutable; safe to share between threads."""
+
+    version: int
+    source: str
+    groups: Mapping[str, GroupDef]
+    presets: Mapping[str, tuple[str, ...]]
+    attributes: Mapping[str, AttributeDef]
+    spans: Mapping[str, SpanEntry]
+    metrics: Mapping[str, MetricDef]
+    algorithms: tuple[str, ...] = field(default=())
+    findings: tuple[Finding, ...] = field(default=(), compare=False, repr=False)  # improvements
+
+    # -- group expressions ----------------------------------------------------------------------
+
+    def resolve(self, expression: str | Iterable[str] | None) -> frozenset[str]:
+        """Return the enabled group names for a group expression such as ``"per_step,-generation"``.
+
+        Words are presets or groups, case-insensitive, comma separated; ``-word`` removes.
+        Raises:
+            SpecError: naming each unknown word, the valid words, and the closest match.
+        """
+        return frozenset(self.explain(expression))
+
+    def explain(self, expression: str | Iterable[str] | None) -> dict[str, str]:
+        """Return enabled group -> what turned it on (``"group"`` or ``"preset default"``...)."""
+        enabled: dict[str, str] = {}
+        findings = []
+        for word in _words(expression):
+            remove = word.startswith("-")
+            name = word.lstrip("+-").strip()
+            if name in self.groups:
+                members = {name: "group"}
+            elif name in self.presets:
+                members = {g: f"preset {via}" for g, via in self._expand_preset(name).items()}
+            elif name == "all":  # implicit when a registry does not declare it
+                members = dict.fromkeys(self.groups, "preset all")
+            else:
+                valid = [*{*self.presets, "all"}, *self.groups]
+                findings.append(
+                    Finding(
+                        "groups.unknown",
+                        f"unknown group or preset '{name}'{did_you_mean(name, valid)}; "
+                        f"valid presets: {', '.join(sorted({*self.presets, 'all'}))}; "
+                        f"groups: {', '.join(sorted(self.groups))}",
+                        file="<group expression>",
+                    )
+                )
+                continue
+            for group, why in members.items():
+                if remove:
+                    enabled.pop(group, None)
+                else:
+                    enabled.setdefault(group, why)
+        if findings:
+            raise SpecError(findings)
+        return enabled
+
+    def _expand_preset(self, preset: str) -> dict[str, str]:
+        """Groups of a preset -> the (innermost) preset that names them. Cycles are rejected at compile."""
+        out: dict[str, str] = {}
+        for member in self.presets[preset]:
+            if member in self.groups:
+                out.setdefault(member, preset)
+            else:
+                for group, via in self._expand_preset(member).items():
+                    out.setdefault(group, via)
+        return out
+
+    def enabled_spans(self, expression: str | Iterable[str] | None) -> frozenset[str]:
+        """Return the span names whose group the expression enables."""
+        groups = self.resolve(expression)
+        return frozenset(name for name, entry in self.spans.items() if entry.group in groups)
+
+    def spans_of_template(self, template: str) -> frozenset[str]:
+        """Concrete names a template (or a plain name) stands for."""
+        return frozenset(n for n, e in self.spans.items() if template in (e.template, n))
+
+
+def _words(expression: str | Iterable[str] | None) -> list[str]:
+    if expression is None:
+        return []
+    parts = expression.split(",") if isinstance(expression, str) else list(expression)
+    return [p.strip().lower() for p in parts if p and p.strip()]
