@@ -34,6 +34,7 @@ __all__ = [
     "enabled_groups",
     "enabled_span_names",
     "is_active",
+    "sensitive_keys",
     "span",
     "traced",
 ]
@@ -236,6 +237,18 @@ _tracer: trace.Tracer | None = None
 _strict = False
 _undeclared_gates: dict[str, _Gate] = {}
 _lock = threading.Lock()
+# Every attribute key any activated registry declared sensitive. Never shrinks (deactivate keeps
+# it): spans still queued at shutdown are exported after deactivation and must stay redacted.
+_sensitive: frozenset[str] = frozenset()
+
+
+def sensitive_keys() -> frozenset[str]:
+    """Return the attribute keys declared sensitive by every registry activated so far.
+
+    The exporters redact these on every span, however the value was set (``span()`` keywords,
+    ``set_attribute``, ``set_attributes``, another instrumentation).
+    """
+    return _sensitive
 
 
 def span(name: str, /, **attributes: Any) -> AbstractContextManager[Span | None]:
@@ -385,7 +398,7 @@ def activate(
     Raises:
         SpecError: for an unknown group or preset; nothing changes then.
     """
-    global _gates, _default, _spec, _groups, _tracer, _strict
+    global _gates, _default, _spec, _groups, _tracer, _strict, _sensitive
     override = os.environ.get(env_var, "").strip() if env_var else ""
     expression = override or groups
     try:
@@ -409,6 +422,7 @@ def activate(
         _spec, _groups, _tracer, _strict = spec, enabled, tracer, strict
         _gates = gates
         _default = _UNDECLARED
+        _sensitive = _sensitive | {k for k, a in spec.attributes.items() if a.sensitive}
     return enabled
 
 
