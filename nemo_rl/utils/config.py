@@ -13,10 +13,12 @@ import os
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from pydantic import BaseModel, ValidationError
+
+from spanspec.findings import Finding, SpecError
+from spanspec.loader import parse_yaml
 
 __all__ = ["ConfigError", "load_config", "read_config", "validate_config"]
 
@@ -67,14 +69,11 @@ def _read_yaml(path: str) -> Any:
     if not os.path.isfile(path):
         raise ConfigError([f"{path}: no such config file (give --config the path of a YAML file)"])
     try:
-        with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else path
-        raise ConfigError([f"{where}: invalid YAML: {e.problem or e.context}"]) from None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise ConfigError([f"{path}: cannot read the config: {e}"]) from None
+        # spanspec's reader: file:line:col for syntax errors, tabs and control characters named,
+        # duplicate keys refused, and aliases that would expand without end stopped.
+        data = parse_yaml(path).data
+    except SpecError as e:
+        raise ConfigError([_located(f) for f in e.findings]) from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -85,6 +84,11 @@ def _read_yaml(path: str) -> Any:
         return OmegaConf.create(data)
     except OmegaConfBaseException as e:
         raise ConfigError([f"{path}: {str(e).splitlines()[0]}"]) from None
+
+
+def _located(f: Finding) -> str:
+    where = f"{f.file}:{f.line}:{f.col}" if f.line else f.file
+    return f"{where}: {f.message}"
 
 
 def validate_config(data: Any, model: type[M]) -> M:
