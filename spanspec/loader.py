@@ -319,7 +319,10 @@ def validation_findings(
                 )
             )
             continue
-        line, col = located.position(loc)
+        # A bad mapping key: point at the key, not at its value.
+        line, col = (
+            located.key_position(loc[:-1]) if loc[-1:] == ("[key]",) else located.position(loc)
+        )
         if kind == "missing":
             message = f"{field}: required field is missing"
         else:

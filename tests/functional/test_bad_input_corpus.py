@@ -65,6 +65,45 @@ REGISTRIES = [
     ("not UTF-8", HEAD + "  h:\n    description: \xff\n", ":6:", ["not UTF-8"]),
     ("unclosed flow", HEAD + "spans: [\n", ":6:1:", ["invalid YAML"]),
     ("bad indentation", "version: 1\n groups:\n   g: 1\n", ":2:8:", ["invalid YAML"]),
+    ("tab indent", "version: 1\ngroups:\n\tg:\n", ":3:1:", ["tab", "spaces"]),
+    ("tab before a list item", HEAD + "spans:\n\t- name: a.b\n", ":6:1:", ["tab"]),
+    ("NUL byte", "\0version: 1\n", ":1:1:", ["NUL byte"]),
+    ("NUL later", HEAD + "  h:\n    description: a\0b\n", ":6:19:", ["NUL byte"]),
+    ("control char", "version: 1\x07\n", ":1:11:", ["control character U+0007"]),
+    ("recursive alias", "version: 1\ngroups: &a\n  g: *a\n", ":", ["alias", "inside"]),
+    ("recursive alias list", "a: &a [*a]\n", ":1:4:", ["alias refers to the anchor"]),
+    (
+        "billion laughs",
+        "version: 1\na: &a [x,x,x,x,x,x,x,x,x]\n"
+        + "".join(
+            f"{c}: &{c} [{','.join(['*' + p] * 9)}]\n"
+            for p, c in zip("abcdefgh", "bcdefghi", strict=True)
+        ),
+        ":",
+        ["expand to more than", "billion laughs"],
+    ),
+    ("version true", "version: true\ngroups: {}\n", ":1:10:", ["expected 1", "got True"]),
+    ("version 2", "version: 2\ngroups: {}\n", ":1:10:", ["expected 1", "got 2"]),
+    ("version text", "version: one\ngroups: {}\n", ":1:10:", ["expected 1"]),
+    (
+        "yes unquoted",
+        HEAD + "attributes:\n  k:\n    type: string\n    brief: b\n    cardinality: yes\n",
+        ":9:18:",
+        ["unquoted yes", "quote it"],
+    ),
+    (
+        "wrong placeholder",
+        HEAD + "spans:\n  - name: rl.{algo}.step\n    group: g\n    brief: x\n",
+        ":6:11:",
+        ["'{algo}' is not a placeholder", "{algorithm}"],
+    ),
+    (
+        "upper case name",
+        HEAD + "spans:\n  - name: Rl.Step\n    group: g\n    brief: x\n",
+        ":6:11:",
+        ["lower-case dotted name", "use lower case"],
+    ),
+    ("group word", "version: 1\ngroups:\n  Bad-Group:\n    description: x\n", ":3:3:", ["word"]),
 ]
 
 
@@ -75,7 +114,7 @@ REGISTRIES = [
 def test_a_bad_registry_is_one_finding_at_its_place(tmp_path, content, where, words):
     path = tmp_path / "reg.yaml"
     path.write_bytes(content.encode("latin-1"))  # "\xff" stays one byte: not UTF-8
-    r = _run([str(BIN / "spanspec"), "check", str(path)], tmp_path)
+    r = _run([str(BIN / "spanspec"), "check", str(path)], tmp_path, timeout=60)
     out = r.stdout + r.stderr
     assert r.returncode == 1, out
     _no_crash(out)
@@ -91,6 +130,12 @@ TRACES = [
     # (case, content, words)
     ("not OTLP", '{"resourceSpans": 3}\n', ["otlp.malformed", ":1:1:"]),
     ("missing file", None, ["file.unreadable", "cannot read"]),
+    ("not JSON, whole line", "not json\n", ["otlp.invalid_json", ":1:1:"]),
+    ("torn line mid-file", '{"resourceSpans": [{"resou\n{"resourceSpans": []}\n', [":1:"]),
+    ("glued after a torn line", '{"resourceSpans": [{{"resourceSpans": []}\n', [":1:"]),
+    ("nested too deep", "[" * 100_000 + "\n", ["nested too deeply", ":1:1:"]),
+    ("a list, not a request", "[1, 2]\n", ["otlp.malformed"]),
+    ("binary", "\x00\x01\x02\n", ["otlp.invalid_json"]),
 ]
 
 
@@ -122,7 +167,10 @@ CODE = [
     ),
     ("syntax error", "b.py", "def f(:\n", ":1:", ["cannot parse"]),
     ("nested too deep", "c.py", "x = " + "(" * 300 + ")" * 300 + "\n", ":1:", ["cannot parse"]),
-    ("dangling link", "d.py", None, ":0:0:", ["file.unreadable"]),
+    ("dangling link", "d.py", None, ":0:0:", ["file.unreadable", "leads nowhere"]),
+    ("link loop", "e.py", "LOOP", ":0:0:", ["file.unreadable", "loops"]),
+    ("too deep for ast", "f.py", "x = 1" + "+1" * 50_000 + "\n", ":1:1:", ["nested too deeply"]),
+    ("not UTF-8", "g.py", b"x = '\xff'\n", ":", ["not UTF-8"]),
 ]
 
 
@@ -137,6 +185,11 @@ def test_bad_code_is_a_finding_of_that_file_and_the_rest_is_still_checked(
     code.mkdir()
     if content is None:
         (code / name).symlink_to(tmp_path / "gone.py")
+    elif content == "LOOP":
+        (code / name).symlink_to(code / "loop_b.py")
+        (code / "loop_b.py").symlink_to(code / name)
+    elif isinstance(content, bytes):
+        (code / name).write_bytes(content)
     else:
         (code / name).write_text(content)
     # a good file beside it, with a finding of its own that must still be reported
@@ -150,6 +203,21 @@ def test_bad_code_is_a_finding_of_that_file_and_the_rest_is_still_checked(
     for w in words:
         assert w in lines[0], lines[0]
     assert "zz_other.py:2:" in out and "rl.grpo.nope" in out
+
+
+def test_a_link_loop_in_a_folder_of_configs_is_a_finding_and_the_rest_is_checked(tmp_path):
+    folder = tmp_path / "configs"
+    folder.mkdir()
+    (folder / "a.yaml").symlink_to(folder / "b.yaml")
+    (folder / "b.yaml").symlink_to(folder / "a.yaml")
+    (folder / "up").symlink_to(tmp_path)  # a linked folder is not entered: no endless walk
+    (folder / "run.yaml").write_text("telemetry:\n  exporterr: file\n")
+    r = _run([str(BIN / "spanspec"), "check", str(REGISTRY), str(folder)], tmp_path, timeout=60)
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out
+    _no_crash(out)
+    assert "a.yaml:0:0: violation: file.unreadable: a symbolic link that loops" in out
+    assert "run.yaml:2:3:" in out and "exporterr" in out
 
 
 # -- run configs, overrides and variables: examples/run_grpo.py and `settings` ------------------
