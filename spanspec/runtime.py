@@ -30,6 +30,7 @@ __all__ = [
     "REDACTED",
     "activate",
     "active_spec",
+    "active_tracer",
     "deactivate",
     "enabled_groups",
     "enabled_span_names",
@@ -240,6 +241,11 @@ _lock = threading.Lock()
 # Every attribute key any activated registry declared sensitive. Never shrinks (deactivate keeps
 # it): spans still queued at shutdown are exported after deactivation and must stay redacted.
 _sensitive: frozenset[str] = frozenset()
+
+
+def active_tracer() -> trace.Tracer | None:
+    """Return the tracer the active spans start from, or None when spanspec is not active."""
+    return _tracer
 
 
 def sensitive_keys() -> frozenset[str]:

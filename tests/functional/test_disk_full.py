@@ -103,3 +103,29 @@ def test_a_disk_that_fills_then_frees_loses_only_the_failed_batch(tmp_path):
     )
     assert check.returncode == 1
     assert "traces.jsonl:2:" in check.stdout + check.stderr
+
+
+def test_spanspec_docs_on_a_full_disk_keeps_the_previous_reference(tmp_path):
+    if not _can_mount():
+        pytest.skip("needs root and unshare -m for a private tmpfs")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    spanspec_cli = Path(sys.executable).parent / "spanspec"
+    shell = (
+        f"mount -t tmpfs -o size=64k tmpfs {disk} && printf 'previous\\n' > {disk}/reference.md && "
+        f"(dd if=/dev/zero of={disk}/filler bs=4k 2>/dev/null; true) && "
+        f"{spanspec_cli} docs --out {disk}; echo rc=$? && cat {disk}/reference.md && "
+        f"ls -a {disk}"
+    )
+    r = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", shell],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    out = r.stdout + r.stderr
+    assert "rc=2" in out, out
+    assert "cannot write" in out and "Traceback" not in out
+    assert "\nprevious\n" in r.stdout  # the old file, whole
+    assert ".reference.md." not in r.stdout  # no temporary file left behind
