@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -52,8 +53,19 @@ RUN_2_STEPS = [
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
+    # From a clean copy of the sources: setuptools reuses a build/ folder, whose stale files
+    # (modules since moved or removed) would end up in the wheel.
+    source = tmp_path_factory.mktemp("source") / "src"
+    shutil.copytree(
+        ROOT,
+        source,
+        symlinks=True,
+        ignore=shutil.ignore_patterns(
+            ".venv", ".git", "build", "dist", "*.egg-info", "runs", "results", "__pycache__"
+        ),
+    )
     subprocess.run(
-        [*PIP_WHEEL, "-w", str(out), str(ROOT)],
+        [*PIP_WHEEL, "-w", str(out), str(source)],
         check=True,
         capture_output=True,
         cwd=out,
