@@ -101,6 +101,8 @@ def classify(path: str) -> str:
     keys: set[str] = set()
     documents = 0
     try:
+        if not Path(path).is_file():  # missing, a folder, a FIFO, /dev/zero: the loader says so
+            return "broken"
         text = Path(path).read_text(encoding="utf-8")
         for event in yaml.parse(text, Loader=loader):
             if isinstance(event, yaml.DocumentStartEvent):

@@ -105,6 +105,8 @@ def iter_python_files(
         elif path.is_dir():
             for found, problem in walk(path, (".py",), _SKIP_DIRS):
                 yield str(found), problem if problem is not None else found
+        elif path.exists():  # a FIFO or a device: reading it might never end
+            yield str(given), Finding("file.unreadable", "not a regular file", file=str(given))
         else:
             yield str(given), None
 

@@ -99,6 +99,8 @@ def parse_yaml(path: str | os.PathLike[str], text: str | None = None) -> Located
     name = str(path)
     with reading_errors(name):
         if text is None:
+            if Path(path).exists() and not Path(path).is_file():  # a folder, FIFO, /dev/zero
+                raise IsADirectoryError(0, "not a regular file")
             text = Path(path).read_text(encoding="utf-8")
         loader = _Loader(text)
         try:

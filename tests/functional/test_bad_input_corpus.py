@@ -220,6 +220,24 @@ def test_a_link_loop_in_a_folder_of_configs_is_a_finding_and_the_rest_is_checked
     assert "run.yaml:2:3:" in out and "exporterr" in out
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["check", "/dev/zero"],
+        ["check", str(REGISTRY), "--code", "/dev/zero"],
+        ["live-check", "/dev/zero"],
+        ["view", "/dev/zero"],
+    ],
+    ids=["registry", "code", "live-check", "view"],
+)
+def test_an_endless_file_is_a_finding_not_a_hang(tmp_path, args):
+    r = _run([str(BIN / "spanspec"), *args], tmp_path, timeout=60)
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out
+    _no_crash(out)
+    assert "/dev/zero:0:0: violation: file.unreadable" in out and "not a regular file" in out
+
+
 # -- run configs, overrides and variables: examples/run_grpo.py and `settings` ------------------
 
 GRPO = str(ROOT / "examples" / "run_grpo.py")
