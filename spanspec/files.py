@@ -40,28 +40,16 @@ def walk(
     problems: list[OSError] = []
     for folder, dirs, names in os.walk(root, onerror=problems.append):
         while problems:
-            exc = problems.pop(0)
-            yield (
-                Path(exc.filename or folder),
-                Finding(
-                    "file.unreadable",
-                    f"cannot read folder: {exc.strerror}",
-                    file=str(exc.filename or folder),
-                ),
-            )
+            yield _unlistable(problems.pop(0), folder)
         dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in skip)
         for name in sorted(names):
             path = Path(folder) / name
-            if not name.endswith(suffixes):
-                continue
-            problem = broken_link(path)
-            yield path, problem
-    for exc in problems:
-        yield (
-            Path(exc.filename or root),
-            Finding(
-                "file.unreadable",
-                f"cannot read folder: {exc.strerror}",
-                file=str(exc.filename or root),
-            ),
-        )
+            if name.endswith(suffixes):
+                yield path, broken_link(path)
+    for exc in problems:  # the root itself could not be listed
+        yield _unlistable(exc, root)
+
+
+def _unlistable(exc: OSError, where: str | os.PathLike[str]) -> tuple[Path, Finding]:
+    path = str(exc.filename or where)
+    return Path(path), Finding("file.unreadable", f"cannot read folder: {exc.strerror}", file=path)

@@ -67,6 +67,17 @@ def _can_mount() -> bool:
     return probe.returncode == 0
 
 
+def _in_private_mount_namespace(shell: str) -> subprocess.CompletedProcess:
+    """Run ``shell`` where its mounts are seen by nothing else (and vanish with it)."""
+    return subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", shell],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+
+
 @pytest.mark.skipif(not _can_mount(), reason="needs root and unshare -m for a private tmpfs")
 def test_a_disk_that_fills_then_frees_loses_only_the_failed_batch(tmp_path):
     out = tmp_path / "out"
@@ -79,13 +90,7 @@ def test_a_disk_that_fills_then_frees_loses_only_the_failed_batch(tmp_path):
         f"mount -t tmpfs -o size=256k tmpfs {disk} && "
         f"{sys.executable} {script} {disk} > {out}/stats.json && cp {disk}/traces.jsonl {out}/"
     )
-    r = subprocess.run(
-        ["unshare", "-m", "--propagation", "private", "sh", "-c", shell],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
+    r = _in_private_mount_namespace(shell)
     assert r.returncode == 0, r.stderr
     stats = json.loads((out / "stats.json").read_text())
     assert stats == {"exported": 2 * GOOD, "failed": FAILED, "lost": FAILED}
@@ -117,13 +122,7 @@ def test_spanspec_docs_on_a_full_disk_keeps_the_previous_reference(tmp_path):
         f"{spanspec_cli} docs --out {disk}; echo rc=$? && cat {disk}/reference.md && "
         f"ls -a {disk}"
     )
-    r = subprocess.run(
-        ["unshare", "-m", "--propagation", "private", "sh", "-c", shell],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
+    r = _in_private_mount_namespace(shell)
     out = r.stdout + r.stderr
     assert "rc=2" in out, out
     assert "cannot write" in out and "Traceback" not in out
