@@ -140,7 +140,7 @@ def test_the_installed_wheel_finds_its_registry_and_trains(tmp_path, wheel, with
     where = _run(
         python,
         "-c",
-        "import json, importlib.util as u, spanspec, nemo_rl, spanspec.compile as c; "
+        "import json, importlib.util as u, spanspec, nemo_rl, spanspec.registry as c; "
         "print(json.dumps([spanspec.__file__, nemo_rl.__file__, str(c.default_registry_path()), "
         "u.find_spec('opentelemetry.sdk') is not None]))",
         cwd=away,
