@@ -10,13 +10,20 @@ export CPU as a share of the run's CPU, driver and workers together) and where t
 Every expected failure becomes one short message and an exit code, never a traceback: a bad
 config or telemetry setting exits 2 (the message names the file, key or variable), a worker that
 died exits 1 naming the worker. A traceback means a bug.
+
+SIGTERM (to the driver, or to a worker) ends the run cleanly: the driver's telemetry is flushed
+within its shutdown bound with every open span, the job span included, ended as
+``spanspec.truncated``; the workers are stopped and flushed, Ray is shut down (no process left)
+and the exit code is 143 (128 + SIGTERM).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,10 +39,11 @@ from spanspec.export import ExportStats
 from spanspec.findings import SpecError
 from spanspec.settings import SettingsError
 
-__all__ = ["EXIT_BAD_INPUT", "EXIT_FAILED", "Loop", "run_loop"]
+__all__ = ["EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_TERMINATED", "Loop", "run_loop"]
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
+EXIT_TERMINATED = 128 + signal.SIGTERM
 
 
 @dataclass(frozen=True)
@@ -73,6 +81,7 @@ def run_loop(loop: Loop, argv: Sequence[str] | None = None, doc: str | None = No
 
     settings = handle.settings
     print(f"telemetry: {handle.destinations()}", flush=True)  # where each signal goes
+    terminate = _Terminate()
     section = getattr(cfg, loop.name)
     job_attrs: dict[str, Any] = {
         "rl.algorithm": loop.name,
@@ -83,13 +92,24 @@ def run_loop(loop: Loop, argv: Sequence[str] | None = None, doc: str | None = No
     if settings.user_id:  # opt-in and sensitive: the registry redacts its value
         job_attrs["enduser.id"] = settings.user_id
     try:
-        summary = loop.run(cfg, job_attrs)
+        with terminate:
+            summary = loop.run(cfg, job_attrs)
     except ConfigError as e:  # found only once data or a checkpoint was read
         return _fail(str(e), EXIT_BAD_INPUT, shutdown=True)
     except _worker_errors() as e:
-        return _fail(_worker_failure(e), EXIT_FAILED, shutdown=True)
+        if terminate.received:  # the teardown after SIGTERM found a worker already gone
+            return _fail("terminated by SIGTERM", EXIT_TERMINATED, shutdown=True)
+        message, code = _worker_failure(e)
+        return _fail(message, code, shutdown=True)
     except WorkerDied as e:  # the loop found a worker dead or silent and said which
         return _fail(str(e), EXIT_FAILED, shutdown=True)
+    except (KeyboardInterrupt, SystemExit):
+        # SIGTERM reaches a blocked ray.get as KeyboardInterrupt or SystemExit, whichever Ray
+        # makes of it; only the flag says it was ours.
+        if not terminate.received:
+            _shutdown()
+            raise
+        return _fail("terminated by SIGTERM", EXIT_TERMINATED, shutdown=True)
     stats = _shutdown()
 
     for line in summary.lines():
@@ -106,6 +126,36 @@ def run_loop(loop: Loop, argv: Sequence[str] | None = None, doc: str | None = No
         report = os.path.join(cfg.logger.log_dir, "report.html")
         print(f"report: spanspec report {cfg.logger.log_dir} -o {report}")
     return 0
+
+
+class _Terminate:
+    """While entered, SIGTERM flushes the driver's telemetry (ending open spans as truncated)
+    and unwinds the run with KeyboardInterrupt, so its teardown still stops the workers.
+
+    ``ray.init`` installs its own SIGTERM handler; :func:`nemo_rl.distributed.init_ray` puts
+    back the one it found, which is this one. A second SIGTERM during the teardown is ignored.
+    """
+
+    def __init__(self) -> None:
+        self.received = False
+        self._previous: Any = None
+
+    def __enter__(self) -> _Terminate:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, self._handle)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+            self._previous = None
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.received:
+            return
+        self.received = True
+        shutdown_telemetry()  # bounded; open spans, the job span too, end as truncated
+        raise KeyboardInterrupt("SIGTERM")
 
 
 def _shutdown() -> ExportStats | None:
@@ -128,7 +178,8 @@ def _worker_errors() -> tuple[type[BaseException], ...]:
     return (RayActorError, RayTaskError)
 
 
-def _worker_failure(e: BaseException) -> str:
+def _worker_failure(e: BaseException) -> tuple[str, int]:
+    """One line naming the worker and the cause, and the exit code (143 when it got SIGTERM)."""
     # Ray's message holds the worker's whole traceback; one line names the call and the cause.
     from ray.exceptions import RayTaskError
 
@@ -136,7 +187,30 @@ def _worker_failure(e: BaseException) -> str:
         cause = e.cause if isinstance(e.cause, BaseException) else e
         first = (str(cause).strip().splitlines() or [""])[0]
         return (
-            f"{e.function_name} failed in its worker (pid {e.pid}): {type(cause).__name__}: {first}"
+            f"{e.function_name} failed in its worker (pid {e.pid}): {type(cause).__name__}: {first}",
+            EXIT_FAILED,
         )
-    first = (str(e).strip().splitlines() or [""])[0]
-    return f"a worker process died ({type(e).__name__}): {first}"
+    text = str(e)
+    fields = dict(_ray_fields(text))
+    worker = fields.get("class_name", "a worker")
+    where = ", ".join(f"{k} {fields[k]}" for k in ("pid", "name") if fields.get(k))
+    name = f"worker {worker}" + (f" ({where})" if where else "")
+    if "receives a SIGTERM" in text:
+        return f"{name} was terminated by SIGTERM", EXIT_TERMINATED
+    detail = fields.get("detail") or (text.strip().splitlines() or ["died"])[0]
+    return f"{name} died: {detail}", EXIT_FAILED
+
+
+def _ray_fields(text: str) -> list[tuple[str, str]]:
+    # RayActorError's text: "\tclass_name: PolicyWorker\n\tpid: 123\n..." then "Worker exit
+    # detail: <why>", the sentence that says how the process ended.
+    out = []
+    for line in text.splitlines():
+        key, sep, value = line.strip().partition(": ")
+        if sep and key in ("class_name", "pid", "name") and value.strip():
+            out.append((key, value.strip()))
+    marker = "Worker exit detail:"
+    if marker in text:
+        detail = text.split(marker, 1)[1].strip().splitlines()[0].strip()
+        out.append(("detail", detail.rstrip(".") or "died"))
+    return out

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from spanspec.files import broken_link, walk
 from spanspec.findings import Finding, SpecError, closest, did_you_mean
 from spanspec.registry import default_registry_path
 from spanspec.spec import Spec
@@ -39,7 +40,7 @@ def display(path: str | os.PathLike[str]) -> str:
     p = Path(path)
     try:
         return str(p.resolve().relative_to(Path.cwd().resolve()))
-    except (ValueError, OSError):
+    except (ValueError, OSError, RuntimeError):  # RuntimeError: a symbolic link loop
         return str(path)
 
 
@@ -47,7 +48,7 @@ def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
     """Whether two paths name the same file (False when either cannot be resolved)."""
     try:
         return Path(a).resolve() == Path(b).resolve()
-    except OSError:
+    except (OSError, RuntimeError):  # RuntimeError: a symbolic link loop
         return False
 
 
@@ -100,6 +101,8 @@ def classify(path: str) -> str:
     keys: set[str] = set()
     documents = 0
     try:
+        if not Path(path).is_file():  # missing, a folder, a FIFO, /dev/zero: the loader says so
+            return "broken"
         text = Path(path).read_text(encoding="utf-8")
         for event in yaml.parse(text, Loader=loader):
             if isinstance(event, yaml.DocumentStartEvent):
@@ -357,17 +360,18 @@ def yaml_files(paths: Sequence[str], findings: list[Finding]) -> list[str]:
     out: list[str] = []
     for given in paths:
         folder = Path(given)
-        if not folder.is_dir():
+        if not folder.is_dir() or (folder.is_symlink() and broken_link(folder)):
             out.append(given)
             continue
-        found = sorted(
-            str(p)
-            for pattern in ("*.yaml", "*.yml")
-            for p in folder.rglob(pattern)
-            if p.is_file()
-            and not any(part.startswith(".") for part in p.relative_to(folder).parts[:-1])
-        )
-        if not found:
+        found = []
+        unreadable = False
+        for path, problem in walk(folder, (".yaml", ".yml")):
+            if problem is not None:
+                findings.append(replace(problem, file=display(str(path))))
+                unreadable = True
+            elif path.is_file():
+                found.append(str(path))
+        if not found and not unreadable:
             findings.append(
                 Finding(
                     "file.no_yaml",

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from spanspec.files import broken_link, walk
 from spanspec.findings import Finding
 
 if TYPE_CHECKING:
@@ -84,23 +85,28 @@ class CodeScan:
     files: list[str] = field(default_factory=list)
 
 
-def iter_python_files(paths: Iterable[str | os.PathLike[str]]) -> Iterator[tuple[str, Path | None]]:
+def iter_python_files(
+    paths: Iterable[str | os.PathLike[str]],
+) -> Iterator[tuple[str, Path | Finding | None]]:
     """Yield ``(display name, path)`` for each ``.py`` file under ``paths``, sorted per folder.
 
     A path given explicitly is yielded whatever its suffix; folders are searched recursively,
-    skipping hidden folders, ``__pycache__``, ``node_modules`` and ``site-packages``. A path that
-    does not exist is yielded with ``None``.
+    skipping hidden folders, ``__pycache__``, ``node_modules`` and ``site-packages`` (linked
+    folders are not entered). A path that does not exist is yielded with ``None``; one that
+    cannot be read (a folder that cannot be listed, a link that loops) with its finding.
     """
     for given in paths:
         path = Path(given)
-        if path.is_file():
+        broken = broken_link(path)
+        if broken is not None:
+            yield str(given), broken
+        elif path.is_file():
             yield str(given), path
         elif path.is_dir():
-            for found in sorted(path.rglob("*.py")):
-                rel = found.relative_to(path).parts
-                if any(p.startswith(".") or p in _SKIP_DIRS for p in rel[:-1]):
-                    continue
-                yield str(found), found
+            for found, problem in walk(path, (".py",), _SKIP_DIRS):
+                yield str(found), problem if problem is not None else found
+        elif path.exists():  # a FIFO or a device: reading it might never end
+            yield str(given), Finding("file.unreadable", "not a regular file", file=str(given))
         else:
             yield str(given), None
 
@@ -116,6 +122,9 @@ def scan_paths(paths: Iterable[str | os.PathLike[str]]) -> CodeScan:
     for name, path in iter_python_files(paths):
         if path is None:
             scan.findings.append(Finding("file.unreadable", "no such file or directory", file=name))
+            continue
+        if isinstance(path, Finding):
+            scan.findings.append(path)
             continue
         try:
             text = path.read_text(encoding="utf-8")
@@ -141,6 +150,9 @@ def scan_source(text: str, file: str = "<string>") -> CodeScan:
     scan = CodeScan(files=[file])
     try:
         tree = ast.parse(text, filename=file)
+    except (RecursionError, MemoryError):
+        scan.findings.append(_too_deep(file))
+        return scan
     except SyntaxError as exc:
         scan.findings.append(
             Finding(
@@ -152,10 +164,25 @@ def scan_source(text: str, file: str = "<string>") -> CodeScan:
             )
         )
         return scan
-    visitor = _Visitor(text, file, _module_constants(tree))
-    visitor.visit(tree)
+    try:
+        visitor = _Visitor(text, file, _module_constants(tree))
+        visitor.visit(tree)
+    except RecursionError:
+        scan.findings.append(_too_deep(file))
+        return scan
     scan.calls = visitor.calls
     return scan
+
+
+def _too_deep(file: str) -> Finding:
+    return Finding(
+        "code.too_deep",
+        "cannot analyse: the code is nested too deeply for Python's parser (the other files "
+        "are still checked)",
+        file=file,
+        line=1,
+        col=1,
+    )
 
 
 def _module_constants(tree: ast.Module) -> dict[str, str]:

@@ -99,10 +99,16 @@ def parse_yaml(path: str | os.PathLike[str], text: str | None = None) -> Located
     name = str(path)
     with reading_errors(name):
         if text is None:
+            if Path(path).exists() and not Path(path).is_file():  # a folder, FIFO, /dev/zero
+                raise IsADirectoryError(0, "not a regular file")
             text = Path(path).read_text(encoding="utf-8")
         loader = _Loader(text)
         try:
-            root = loader.get_single_node()
+            try:
+                root = loader.get_single_node()
+            except yaml.YAMLError as exc:
+                raise SpecError([_syntax_finding(name, text, exc)]) from None
+            _check_aliases(name, root)
             duplicates = list(_duplicate_keys(root))
             if duplicates:
                 raise SpecError(
@@ -178,19 +184,114 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _duplicate_keys(node: yaml.Node | None) -> Iterator[tuple[yaml.Node, yaml.Node]]:
+# An alias repeats its anchor's whole subtree for everything that reads the data (validation,
+# compilation); a few hundred bytes of nested aliases ("billion laughs") expand exponentially.
+MAX_EXPANDED_NODES = 1_000_000
+
+
+def _check_aliases(name: str, root: yaml.Node | None) -> None:
+    """Raise a finding for an alias inside its own anchor, or aliases that expand too far.
+
+    Each node is visited once (the composer shares the node of an anchor with its aliases), so
+    this is linear in the file, whatever the aliases would expand to.
+    """
+    sizes: dict[int, int] = {}
+    open_: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)] if root is not None else []
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        children = _children(node)
+        if done:
+            open_.discard(key)
+            sizes[key] = 1 + sum(sizes[id(c)] for c in children)
+            if sizes[key] > MAX_EXPANDED_NODES:
+                raise SpecError(
+                    [_at(node, name, "yaml.alias_expansion", _EXPANSION_MESSAGE)]
+                ) from None
+            continue
+        if key in sizes:
+            continue
+        open_.add(key)
+        stack.append((node, True))
+        for child in children:
+            if id(child) in open_:
+                raise SpecError(
+                    [
+                        _at(
+                            node,
+                            name,
+                            "yaml.recursive_alias",
+                            "an alias refers to the anchor it is inside, so the value would "
+                            "contain itself; point it at an anchor defined outside it",
+                        )
+                    ]
+                )
+            if id(child) not in sizes:
+                stack.append((child, False))
+
+
+_EXPANSION_MESSAGE = (
+    f"aliases here expand to more than {MAX_EXPANDED_NODES:,} values (nested '*' references, "
+    "a 'billion laughs'); write the values out, or use fewer levels of aliases"
+)
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
     if isinstance(node, yaml.MappingNode):
-        seen: dict[str, yaml.Node] = {}
-        for key, value in node.value:
-            if isinstance(key, yaml.ScalarNode):
-                if key.value in seen:
-                    yield key, seen[key.value]
-                else:
-                    seen[key.value] = key
-            yield from _duplicate_keys(value)
-    elif isinstance(node, yaml.SequenceNode):
-        for item in node.value:
-            yield from _duplicate_keys(item)
+        return [n for pair in node.value for n in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+def _at(node: yaml.Node, name: str, finding_id: str, message: str) -> Finding:
+    mark = node.start_mark
+    return Finding(finding_id, message, file=name, line=mark.line + 1, col=mark.column + 1)
+
+
+def _syntax_finding(name: str, text: str, exc: yaml.YAMLError) -> Finding:
+    """The YAML error in words, at its line and column: tabs, control characters, the rest."""
+    if isinstance(exc, yaml.reader.ReaderError):
+        before = text[: exc.position]
+        line, col = before.count("\n") + 1, exc.position - before.rfind("\n")
+        char = exc.character if isinstance(exc.character, str) else chr(exc.character)
+        what = "a NUL byte" if char == "\0" else f"the control character U+{ord(char):04X}"
+        return Finding(
+            "yaml.syntax",
+            f"invalid YAML: {what} is not allowed in YAML text (is this a binary file?)",
+            file=name,
+            line=line,
+            col=col,
+        )
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
+    problem = " ".join(filter(None, (getattr(exc, "context", None), getattr(exc, "problem", None))))
+    if mark is not None and 0 <= mark.index < len(text) and text[mark.index] == "\t":
+        problem = "a tab character; YAML indents with spaces only (replace the tab with spaces)"
+    return Finding("yaml.syntax", f"invalid YAML: {problem or exc}", file=name, line=line, col=col)
+
+
+def _duplicate_keys(node: yaml.Node | None) -> Iterator[tuple[yaml.Node, yaml.Node]]:
+    """Every key that repeats one of its mapping; each node visited once (aliases share them)."""
+    seen_nodes: set[int] = set()
+    stack = [node] if node is not None else []
+    while stack:
+        current = stack.pop()
+        if id(current) in seen_nodes:
+            continue
+        seen_nodes.add(id(current))
+        if isinstance(current, yaml.MappingNode):
+            seen: dict[str, yaml.Node] = {}
+            for key, _value in current.value:
+                if isinstance(key, yaml.ScalarNode):
+                    if key.value in seen:
+                        yield key, seen[key.value]
+                    else:
+                        seen[key.value] = key
+            stack.extend(reversed([v for _, v in current.value]))
+        elif isinstance(current, yaml.SequenceNode):
+            stack.extend(reversed(current.value))
 
 
 def validation_findings(
@@ -220,7 +321,10 @@ def validation_findings(
                 )
             )
             continue
-        line, col = located.position(loc)
+        # A bad mapping key: point at the key, not at its value.
+        line, col = (
+            located.key_position(loc[:-1]) if loc[-1:] == ("[key]",) else located.position(loc)
+        )
         if kind == "missing":
             message = f"{field}: required field is missing"
         else:
@@ -231,10 +335,52 @@ def validation_findings(
                 hint = did_you_mean(
                     got, re.findall(r"'([^']*)'", str(error.get("ctx", {}).get("expected", "")))
                 )
-            text = str(error["msg"]).removeprefix("Value error, ")
-            message = f"{field}: {text}{shown}{hint}"
+            what = str(error["msg"]).removeprefix("Value error, ")
+            if kind == "string_pattern_mismatch":
+                what = _pattern_in_words(str(error.get("ctx", {}).get("pattern", "")), got)
+            elif loc == ("version",):
+                what = "expected 1 (the only registry format version)"
+            message = f"{field}: {what}{shown}{hint}{_yaml11_hint(located._node(loc), got)}"
         findings.append(Finding(f"schema.{kind}", message, file=located.path, line=line, col=col))
     return findings
+
+
+_PATTERN_WORDS = {
+    r"^[a-z][a-z0-9_]*$": "expected a lower-case word such as 'per_step' (a-z, 0-9 and _, "
+    "starting with a letter)",
+    r"^(low|high)$": "expected 'low' or 'high'",
+}
+_DOTTED_WORDS = (
+    "expected a lower-case dotted name such as 'rl.grpo.step' (words of a-z, 0-9 and _ joined "
+    "by dots; the one placeholder is '{algorithm}')"
+)
+# What YAML 1.1 (PyYAML) reads as a boolean when left unquoted.
+_YAML11_BOOLS = frozenset({"yes", "no", "on", "off", "y", "n"})
+
+
+def _pattern_in_words(pattern: str, got: Any) -> str:
+    """The rule a pattern stands for, in words, with the placeholder a name got wrong."""
+    if pattern in _PATTERN_WORDS:
+        return _PATTERN_WORDS[pattern]
+    if "algorithm" not in pattern:
+        return f"expected text matching {pattern}"
+    words = _DOTTED_WORDS
+    wrong = [p for p in re.findall(r"\{([^}]*)\}", str(got)) if p != "algorithm"]
+    if wrong:
+        words += f"; '{{{wrong[0]}}}' is not a placeholder: write '{{algorithm}}'"
+    elif str(got) != str(got).lower():
+        words += "; use lower case"
+    return words
+
+
+def _yaml11_hint(node: yaml.Node | None, got: Any) -> str:
+    if isinstance(got, bool) and isinstance(node, yaml.ScalarNode) and not node.style:
+        if node.value.lower() in _YAML11_BOOLS:
+            return (
+                f" (YAML reads an unquoted {node.value} as {str(got).lower()}; "
+                f"quote it, '{node.value}', to mean the word)"
+            )
+    return ""
 
 
 def _field_names(model: type[BaseModel], loc: Loc) -> list[str]:

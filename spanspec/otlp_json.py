@@ -222,8 +222,8 @@ def read_traces(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
     Returns:
         A :class:`TraceFile` with every span that could be read, in file order, and findings:
         ``file.unreadable`` and ``otlp.invalid_json`` / ``otlp.malformed`` (violations) for a
-        missing file or a bad line, ``otlp.truncated_line`` (information) for a last line cut
-        short, ``otlp.empty`` (information) for a file without spans. Never raises for bad input.
+        missing file or a bad line (a torn line with more after it included),
+        ``otlp.truncated_line`` (information) for a last line cut short without its newline, ``otlp.empty`` (information) for a file without spans. Never raises for bad input.
     """
     if isinstance(paths, str | os.PathLike):
         paths = [paths]
@@ -232,6 +232,8 @@ def read_traces(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
         name = str(path)
         result.files.append(name)
         try:
+            if Path(path).exists() and not Path(path).is_file():  # a folder, FIFO, /dev/zero
+                raise IsADirectoryError(0, "not a regular file")
             text = Path(path).read_text(encoding="utf-8", errors="replace")
         except OSError as exc:
             result.findings.append(
@@ -240,7 +242,11 @@ def read_traces(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
             continue
         before = len(result.spans)
         lines = text.split("\n")
+        # Only a last line without its newline was cut short by a writer that stopped; a bad
+        # line that ends in a newline (a torn write with more after it) is lost data.
         last = max((i for i, t in enumerate(lines) if t.strip()), default=-1)
+        if text.endswith("\n"):
+            last = -1
         for index, line_text in enumerate(lines):
             if not line_text.strip():
                 continue
@@ -248,6 +254,17 @@ def read_traces(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
             result.lines += 1
             try:
                 request = json.loads(line_text)
+            except RecursionError:
+                result.findings.append(
+                    Finding(
+                        "otlp.invalid_json",
+                        "line is nested too deeply to read (not an OTLP export request)",
+                        file=name,
+                        line=number,
+                        col=1,
+                    )
+                )
+                continue
             except json.JSONDecodeError as exc:
                 if index == last:
                     result.findings.append(
@@ -274,9 +291,10 @@ def read_traces(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
                 continue
             try:
                 spans = list(_spans_of_request(request, name, number))
-            except (ValueError, TypeError, AttributeError) as exc:
+            except (ValueError, TypeError, AttributeError, RecursionError) as exc:
+                message = "nested too deeply" if isinstance(exc, RecursionError) else f"{exc}"
                 result.findings.append(
-                    Finding("otlp.malformed", f"{exc}", file=name, line=number, col=1)
+                    Finding("otlp.malformed", message, file=name, line=number, col=1)
                 )
                 continue
             result.spans.extend(spans)

@@ -14,7 +14,7 @@ __all__ = ["default_registry_path", "load"]
 
 
 def load(path: str | os.PathLike[str] | None = None) -> Spec:
-    """Load and compile a registry file (default: the repository's ``schemas/span_groups.yaml``).
+    """Load and compile a registry file (default: :func:`default_registry_path`).
 
     Raises:
         SpecError: listing every problem in the file, each with file, line and column.
@@ -29,8 +29,12 @@ def load(path: str | os.PathLike[str] | None = None) -> Spec:
 
 
 def default_registry_path() -> Path:
-    """``$SPANSPEC_REGISTRY``, else ``schemas/span_groups.yaml`` beside the installed package."""
+    """``$SPANSPEC_REGISTRY``, else the registry shipped in the package.
+
+    ``spanspec/data/span_groups.yaml`` is in the wheel; in a checkout it links to
+    ``schemas/span_groups.yaml``, the file that is edited, and that is the path reported.
+    """
     env = os.environ.get("SPANSPEC_REGISTRY")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parent.parent / "schemas" / "span_groups.yaml"
+    return (Path(__file__).parent / "data" / "span_groups.yaml").resolve()

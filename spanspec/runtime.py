@@ -31,10 +31,12 @@ __all__ = [
     "REDACTED",
     "activate",
     "active_spec",
+    "active_tracer",
     "deactivate",
     "enabled_groups",
     "enabled_span_names",
     "is_active",
+    "sensitive_keys",
     "span",
     "traced",
 ]
@@ -105,10 +107,14 @@ class _Gate:
             decl = self.attributes[key]
             value = _coerce(decl, value)
             if value is _BAD:
+                given = attributes[key]
+                # A sensitive value never reaches a message (which logs may export).
+                shown = "(value not shown: sensitive)" if decl.sensitive else repr(given)
                 _problem(
                     self,
                     "span.attribute_type",
-                    f"span '{self.name}': attribute '{key}' must be {_describe(decl)}, got {type(attributes[key]).__name__} {attributes[key]!r}",
+                    f"span '{self.name}': attribute '{key}' must be {_describe(decl)}, got "
+                    f"{type(given).__name__} {shown}",
                     key,
                 )
                 continue
@@ -184,14 +190,19 @@ def _problem(gate: _Gate, finding_id: str, message: str, key: str = "") -> None:
 
 
 class _LiveSpan:
-    """An enabled span: started as the current span on enter, always ended on exit."""
+    """An enabled span: started as the current span on enter, always ended on exit.
 
-    __slots__ = ("_attributes", "_gate", "_links", "_span", "_token")
+    Entering the same object again (nested or later) starts another span; each exit ends the
+    span its enter started and restores the context that enter found.
+    """
+
+    __slots__ = ("_attributes", "_entered", "_gate", "_links")
 
     def __init__(self, gate: _Gate, attributes: dict[str, Any], links: Sequence[Any] = ()) -> None:
         self._gate = gate
         self._attributes = attributes
         self._links = [x if isinstance(x, trace.Link) else trace.Link(x) for x in links]
+        self._entered: list[tuple[Span, object]] = []
 
     def start(self) -> Span:
         """Start the span without making it current (for generators)."""
@@ -200,18 +211,20 @@ class _LiveSpan:
         return gate.tracer.start_span(gate.name, attributes=attrs, links=self._links or None)
 
     def __enter__(self) -> Span:
-        span = self._span = self.start()
-        self._token = otel_context.attach(trace.set_span_in_context(span))
+        span = self.start()
+        self._entered.append((span, otel_context.attach(trace.set_span_in_context(span))))
         return span
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
     ) -> bool:
-        span = self._span
-        if exc is not None and not isinstance(exc, GeneratorExit):  # a generator closed early
-            _fail(span, exc)
-        span.end()
-        otel_context.detach(self._token)
+        span, token = self._entered.pop()
+        # Not recording: shutdown already ended it as truncated (SIGTERM); leave it as it is.
+        if span.is_recording():
+            if exc is not None and not isinstance(exc, GeneratorExit):  # a generator closed
+                _fail(span, exc)
+            span.end()
+        otel_context.detach(token)
         return False
 
 
@@ -221,6 +234,10 @@ class _WatchedSpan(_LiveSpan):
 
     __slots__ = ("_clean", "_watched")
 
+    def __init__(self, gate: _Gate, attributes: dict[str, Any], links: Sequence[Any] = ()) -> None:
+        super().__init__(gate, attributes, links)
+        self._watched: list[Any] = []
+
     def start(self) -> Span:
         gate = self._gate
         attrs = self._clean = gate.clean(self._attributes) if self._attributes else None
@@ -228,15 +245,15 @@ class _WatchedSpan(_LiveSpan):
 
     def __enter__(self) -> Span:
         span = super().__enter__()
-        self._watched = watchdog.watch(
-            self._gate.name, cast(float, self._gate.bound), span, self._clean
+        self._watched.append(
+            watchdog.watch(self._gate.name, cast(float, self._gate.bound), span, self._clean)
         )
         return span
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
     ) -> bool:
-        watchdog.unwatch(self._watched)
+        watchdog.unwatch(self._watched.pop())
         return super().__exit__(exc_type, exc, tb)
 
 
@@ -255,6 +272,23 @@ _tracer: trace.Tracer | None = None
 _strict = False
 _undeclared_gates: dict[str, _Gate] = {}
 _lock = threading.Lock()
+# Every attribute key any activated registry declared sensitive. Never shrinks (deactivate keeps
+# it): spans still queued at shutdown are exported after deactivation and must stay redacted.
+_sensitive: frozenset[str] = frozenset()
+
+
+def active_tracer() -> trace.Tracer | None:
+    """Return the tracer the active spans start from, or None when spanspec is not active."""
+    return _tracer
+
+
+def sensitive_keys() -> frozenset[str]:
+    """Return the attribute keys declared sensitive by every registry activated so far.
+
+    The exporters redact these on every span, however the value was set (``span()`` keywords,
+    ``set_attribute``, ``set_attributes``, another instrumentation).
+    """
+    return _sensitive
 
 
 def span(
@@ -273,7 +307,13 @@ def span(
     Raises:
         SpecError: only in strict mode, for an undeclared name or attribute, or a wrong type.
     """
-    gate = _gates.get(name, _default)
+    try:
+        gate = _gates.get(name, _default)
+    except TypeError:  # an unhashable name; zero cost on the hot path otherwise
+        raise TypeError(
+            f"span() takes the span name as a string such as 'rl.grpo.step', "
+            f"not a {type(name).__name__}"
+        ) from None
     if gate is NOOP:
         return NOOP
     if gate is _UNDECLARED:
@@ -403,7 +443,7 @@ def activate(
     Raises:
         SpecError: for an unknown group or preset; nothing changes then.
     """
-    global _gates, _default, _spec, _groups, _tracer, _strict
+    global _gates, _default, _spec, _groups, _tracer, _strict, _sensitive
     override = os.environ.get(env_var, "").strip() if env_var else ""
     expression = override or groups
     try:
@@ -427,6 +467,7 @@ def activate(
         _spec, _groups, _tracer, _strict = spec, enabled, tracer, strict
         _gates = gates
         _default = _UNDECLARED
+        _sensitive = _sensitive | {k for k, a in spec.attributes.items() if a.sensitive}
     return enabled
 
 

@@ -153,7 +153,7 @@ class MetricDecl(_Strict):
 class Registry(_Strict):
     """The whole registry file."""
 
-    version: int = Field(ge=1)
+    version: int = Field(strict=True, ge=1, le=1, description="The registry format; only 1 exists.")
     groups: dict[Word, GroupDecl]
     presets: dict[Word, list[str]] = Field(default_factory=dict)
     attributes: dict[DottedName, AttributeDecl] = Field(default_factory=dict)

@@ -18,24 +18,29 @@ This module knows nothing about any particular program and imports no OpenTeleme
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from spanspec.findings import closest, did_you_mean
+from spanspec.spec import REDACTED
 
 __all__ = [
     "DEFAULT_PREFIX",
     "EXPORTERS",
     "FALLBACK_PREFIX",
     "FIELDS",
+    "MAX_SHUTDOWN_TIMEOUT_S",
+    "SENSITIVE_FIELDS",
     "STRATEGIES",
     "FieldSpec",
     "Settings",
     "SettingsError",
     "field_spec",
     "load_settings",
+    "otel_env_problems",
     "otlp_endpoint_configured",
 ]
 
@@ -44,6 +49,7 @@ FALLBACK_PREFIX = "NEMO_LENS_"
 EXPORTERS = ("auto", "otlp", "console", "file", "prometheus", "none")
 STRATEGIES = ("single_rank", "all_ranks", "first_rank_per_node", "sampled")
 
+MAX_SHUTDOWN_TIMEOUT_S = 3600.0
 _TRUE = ("true", "1", "yes", "on")
 _FALSE = ("false", "0", "no", "off")
 _OTLP_ENDPOINT_VARS = (
@@ -63,7 +69,10 @@ class SettingsError(ValueError):
 
     def __init__(self, problems: Iterable[str]) -> None:
         self.problems: tuple[str, ...] = tuple(problems)
-        super().__init__("invalid telemetry settings:\n  " + "\n  ".join(self.problems))
+        if len(self.problems) == 1:
+            super().__init__(f"invalid telemetry setting {self.problems[0]}")
+        else:
+            super().__init__("invalid telemetry settings:\n  " + "\n  ".join(self.problems))
 
 
 # -- parsers: return the value in its Python type, or raise ValueError("what is allowed") ---------
@@ -99,7 +108,16 @@ def _groups(value: Any) -> str:
     if isinstance(value, list | tuple):
         value = ",".join(str(v) for v in value)
     if isinstance(value, str):
-        return ",".join(p.strip() for p in value.split(",") if p.strip())
+        words = [p.strip() for p in value.split(",")]
+        if all(words) or (value.strip() and all(words[:-1]) and not words[-1]):
+            return ",".join(w for w in words if w)  # one trailing comma is harmless
+        # An empty word would silently switch every span off; say so instead.
+        raise ValueError(
+            "expected a group expression such as 'per_step,-generation' (it has an empty word "
+            "between commas; to emit no spans, set traces_enabled=false)"
+            if value.strip()
+            else "expected a group expression such as 'per_step,-generation', not an empty one"
+        )
     raise ValueError("expected a group expression such as 'per_step,-generation'")
 
 
@@ -167,7 +185,7 @@ def _float_between(
         except (TypeError, ValueError):
             raise ValueError(f"expected a number {bounds}") from None
         too_low = number <= low if low_open else number < low
-        if number != number or too_low or (high is not None and number > high):
+        if not math.isfinite(number) or too_low or (high is not None and number > high):
             raise ValueError(f"expected a number {bounds}")
         return number
 
@@ -233,7 +251,9 @@ FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("user_id", _optional_str, None, "Who launched the run (sensitive; opt-in)."),
     FieldSpec(
         "shutdown_timeout_s",
-        _float_between(0.0, None, low_open=True),
+        # Bounded: the flush must end before a scheduler's kill, and a huge value overflows the
+        # SDK's thread waits (every queued span would be lost).
+        _float_between(0.0, MAX_SHUTDOWN_TIMEOUT_S, low_open=True),
         5.0,
         "Upper bound on the final flush at shutdown, in seconds.",
     ),
@@ -245,6 +265,8 @@ FIELDS: tuple[FieldSpec, ...] = (
     ),
 )
 _BY_NAME = {f.name: f for f in FIELDS}
+# Settings whose value is never printed (tables, logs): shown as [REDACTED].
+SENSITIVE_FIELDS = frozenset({"user_id"})
 
 
 def field_spec(name: str) -> FieldSpec:
@@ -340,13 +362,117 @@ class Settings:
         return out
 
     def format_table(self) -> str:
-        """Return the settings as an aligned text table: name, value, source."""
+        """Return the settings as an aligned text table: name, value, source.
+
+        A sensitive setting (``user_id``) that is set shows as ``[REDACTED]``.
+        """
         rows = [("setting", "value", "source")] + [
-            (name, "" if value is None else str(value), source)
-            for name, value, source in self.items()
+            (name, _shown(name, value), source) for name, value, source in self.items()
         ]
         widths = [max(len(r[i]) for r in rows) for i in range(2)]
         return "\n".join(f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]}".rstrip() for r in rows)
+
+
+def _shown(name: str, value: Any) -> str:
+    if value is None:
+        return ""
+    return REDACTED if name in SENSITIVE_FIELDS else str(value)
+
+
+# -- the SDK's own variables: checked here so a bad one is named, not blamed on an exporter -----
+
+_SIGNALS = ("TRACES", "METRICS", "LOGS")
+# Integers the SDK parses (milliseconds, counts); a bad one otherwise fails inside an exporter.
+_SDK_INT_VARS = (
+    "OTEL_BSP_SCHEDULE_DELAY",
+    "OTEL_BSP_EXPORT_TIMEOUT",
+    "OTEL_BSP_MAX_QUEUE_SIZE",
+    "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
+    "OTEL_BLRP_SCHEDULE_DELAY",
+    "OTEL_BLRP_EXPORT_TIMEOUT",
+    "OTEL_BLRP_MAX_QUEUE_SIZE",
+    "OTEL_BLRP_MAX_EXPORT_BATCH_SIZE",
+    "OTEL_METRIC_EXPORT_INTERVAL",
+    "OTEL_METRIC_EXPORT_TIMEOUT",
+    "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT",
+    "OTEL_ATTRIBUTE_COUNT_LIMIT",
+    "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT",
+    "OTEL_SPAN_EVENT_COUNT_LIMIT",
+    "OTEL_SPAN_LINK_COUNT_LIMIT",
+    "OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT",
+    "OTEL_LINK_ATTRIBUTE_COUNT_LIMIT",
+)
+_PROTOCOLS = ("grpc", "http/protobuf")
+_COMPRESSIONS = ("gzip", "deflate", "none")
+
+
+def _otlp_vars(name: str) -> list[str]:
+    return [f"OTEL_EXPORTER_OTLP_{name}"] + [f"OTEL_EXPORTER_OTLP_{s}_{name}" for s in _SIGNALS]
+
+
+def _endpoint_problem(var: str, value: str) -> str | None:
+    from urllib.parse import urlsplit
+
+    text = value.strip()
+    try:
+        parts = urlsplit(text)
+        port = parts.port  # raises for a port that is not a number
+    except ValueError:
+        parts, port = None, None
+    ok = parts is not None and parts.scheme in ("http", "https") and bool(parts.hostname)
+    # The gRPC exporter also takes a bare host:port.
+    if not ok and "://" not in text and ":" in text:
+        host, _, digits = text.rpartition(":")
+        ok = bool(host) and digits.isdigit()
+    del port
+    if ok:
+        return None
+    return (
+        f"{var}={value!r}: expected a URL such as http://localhost:4317 (gRPC) or "
+        "http://localhost:4318 (http/protobuf)"
+    )
+
+
+def otel_env_problems(env: Mapping[str, str], exporters: Iterable[str]) -> list[str]:
+    """Return one line per malformed OpenTelemetry SDK variable that these ``exporters`` would read.
+
+    Checked: the batch, metric-reader and limit integers (``OTEL_BSP_MAX_QUEUE_SIZE``...) and,
+    with ``otlp``, every ``OTEL_EXPORTER_OTLP_[SIGNAL_]{ENDPOINT,PROTOCOL,TIMEOUT,COMPRESSION}``.
+    """
+    problems = []
+    for var in _SDK_INT_VARS:
+        text = env.get(var, "").strip()
+        if text and not (text.isdigit() and (int(text) > 0 or var.endswith("SCHEDULE_DELAY"))):
+            problems.append(f"{var}={env[var]!r}: expected a whole number > 0")
+    if "otlp" not in set(exporters):
+        return problems
+    for var in _otlp_vars("ENDPOINT"):
+        text = env.get(var, "").strip()
+        problem = _endpoint_problem(var, env[var]) if text else None
+        if problem:
+            problems.append(problem)
+    for var in _otlp_vars("PROTOCOL"):
+        text = env.get(var, "").strip()
+        if text and text.lower() not in _PROTOCOLS:
+            extra = " (http/json has no Python exporter)" if text.lower() == "http/json" else ""
+            problems.append(f"{var}={env[var]!r}: expected one of: {', '.join(_PROTOCOLS)}{extra}")
+    for var in _otlp_vars("TIMEOUT"):
+        text = env.get(var, "").strip()
+        if text:
+            try:
+                number = float(text)
+            except ValueError:
+                number = math.nan
+            if not (math.isfinite(number) and 0 < number <= MAX_SHUTDOWN_TIMEOUT_S):
+                problems.append(
+                    f"{var}={env[var]!r}: expected a number of seconds in "
+                    f"(0, {MAX_SHUTDOWN_TIMEOUT_S:g}]"
+                )
+    for var in _otlp_vars("COMPRESSION"):
+        text = env.get(var, "").strip()
+        if text and text.lower() not in _COMPRESSIONS:
+            problems.append(f"{var}={env[var]!r}: expected one of: {', '.join(_COMPRESSIONS)}")
+    return problems
 
 
 def load_settings(
@@ -418,4 +544,9 @@ def load_settings(
         values["exporter"] = "otlp" if endpoint_var else "file"
         why = f"{endpoint_var} is set" if endpoint_var else "no OTLP endpoint is set"
         sources["exporter"] = f"{sources['exporter']} (auto: {why})"
+    if values["enabled"]:
+        exporters = [e for e in values["exporter"].split(",") if e != "none"]
+        problems = otel_env_problems(env, exporters) if exporters else []
+        if problems:
+            raise SettingsError(problems)
     return Settings(**values, sources=sources)

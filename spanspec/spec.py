@@ -161,6 +161,18 @@ class Spec:
         """Return enabled group -> what turned it on (``"group"`` or ``"preset default"``...)."""
         enabled: dict[str, str] = {}
         findings = []
+        if isinstance(expression, str) and "," in expression:
+            parts = [p.strip() for p in expression.split(",")]
+            if not all(parts[:-1]) or not any(parts):  # one trailing comma is harmless
+                findings.append(
+                    Finding(
+                        "groups.empty_word",
+                        f"group expression {expression!r} has an empty word between commas, "
+                        "which would switch spans off unseen; write words such as "
+                        "'per_step,-generation'",
+                        file="<group expression>",
+                    )
+                )
         for word in _words(expression):
             remove = word.startswith("-")
             name = word.lstrip("+-").strip()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import signal
+import threading
 from typing import Any
 
 import ray
@@ -39,8 +41,12 @@ def init_ray(num_cpus: int = 4, address: str | None = None) -> dict[str, Any]:
 
     The local cluster binds to 127.0.0.1 only and starts no dashboard, so it works inside a
     loopback-only network namespace. ``num_cpus`` is logical: actors ask for fractions of it.
-    Does nothing if Ray is already initialised.
+    Does nothing if Ray is already initialised. ``ray.init`` replaces the SIGTERM handler with
+    one that raises ``SystemExit`` mid-call; the handler found before (the entry point's, which
+    flushes telemetry and stops the workers) is put back.
     """
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM) if main else None
     if not ray.is_initialized():
         address = address or os.environ.get("RAY_ADDRESS")
         env_vars = telemetry_env_vars()
@@ -59,6 +65,8 @@ def init_ray(num_cpus: int = 4, address: str | None = None) -> dict[str, Any]:
                 log_to_driver=True,
                 configure_logging=False,
             )
+    if callable(previous) and signal.getsignal(signal.SIGTERM) is not previous:
+        signal.signal(signal.SIGTERM, previous)
     return ray.cluster_resources()
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from nemo_rl.telemetry.config import TelemetryConfig
 from nemo_rl.telemetry.lifecycle import (
     add_worker_costs,
+    check_telemetry,
     get_telemetry,
     init_telemetry_driver,
     init_telemetry_worker,
@@ -28,6 +29,7 @@ from nemo_rl.telemetry.lifecycle import (
 __all__ = [
     "TelemetryConfig",
     "add_worker_costs",
+    "check_telemetry",
     "get_telemetry",
     "init_telemetry_driver",
     "init_telemetry_worker",

@@ -1,9 +1,10 @@
 """``python -m nemo_rl.telemetry settings CONFIG.yaml [key=value ...]``: the effective settings.
 
 Prints every telemetry setting for that config and the current environment, and where each came
-from (``env NEMO_RL_OTEL_...``, ``config telemetry....``, ``default``). Writes nothing. Exit code 2
-on a malformed config or variable, or a group expression the registry does not know, with the
-message.
+from (``env NEMO_RL_OTEL_...``, ``config telemetry....``, ``default``). Writes nothing. It checks
+exactly what a run checks before it starts (:func:`nemo_rl.telemetry.check_telemetry`): a config
+or variable the run would refuse is one ``error:`` line naming the file:line:col, key or
+variable, and exit code 2.
 """
 
 from __future__ import annotations
@@ -14,21 +15,23 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 import spanspec
-from nemo_rl.telemetry.lifecycle import resolve_settings
+from nemo_rl.telemetry.config import TelemetryConfig
+from nemo_rl.telemetry.lifecycle import check_telemetry
+from nemo_rl.utils.config import ConfigError, read_config, validate_config
 from spanspec.export import planned_destinations
-from spanspec.settings import SettingsError
+from spanspec.settings import SENSITIVE_FIELDS, SettingsError
+from spanspec.spec import REDACTED
 
 
-def _load_config(path: str, overrides: Sequence[str]) -> Any:
-    from omegaconf import OmegaConf
+class _TelemetryOnly(BaseModel):
+    """A run config as far as telemetry goes: its other sections belong to the algorithm."""
 
-    config = OmegaConf.load(path)
-    if overrides:
-        config = OmegaConf.merge(config, OmegaConf.from_dotlist(list(overrides)))
-    return OmegaConf.to_container(config, resolve=True)
+    model_config = ConfigDict(extra="ignore")
+
+    telemetry: TelemetryConfig = TelemetryConfig()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -42,14 +45,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     try:
-        config = _load_config(args.config, args.overrides) if args.config else {}
-        settings, _ = resolve_settings(config)
-        spanspec.load().resolve(settings.span_groups)  # as init_telemetry_driver checks it
-    except (ValidationError, SettingsError, spanspec.SpecError) as exc:
+        config: Any = read_config(args.config, args.overrides)
+        validate_config(config, _TelemetryOnly)  # the run's messages: "telemetry.enabled: ..."
+        settings, _, _, _ = check_telemetry(config)
+    except (ConfigError, SettingsError, spanspec.SpecError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except OSError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except ValidationError as exc:  # not reached: validate_config turns these into ConfigError
+        print(f"error: {exc.errors()[0]['msg']}", file=sys.stderr)
         return 2
     try:
         destinations = planned_destinations(settings)
@@ -58,7 +61,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.json:
         rows: dict[str, Any] = {
-            name: {"value": value, "source": source} for name, value, source in settings.items()
+            name: {
+                "value": REDACTED if name in SENSITIVE_FIELDS and value is not None else value,
+                "source": source,
+            }
+            for name, value, source in settings.items()
         }
         print(json.dumps({"settings": rows, "destinations": destinations}, indent=2))
     else:

@@ -16,7 +16,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from spanspec.findings import did_you_mean
-from spanspec.settings import STRATEGIES, SettingsError, field_spec, load_settings
+from spanspec.settings import (
+    MAX_SHUTDOWN_TIMEOUT_S,
+    STRATEGIES,
+    SettingsError,
+    field_spec,
+    load_settings,
+)
 
 __all__ = ["TelemetryConfig"]
 _UNSET: Any = object()
@@ -61,7 +67,9 @@ class TelemetryConfig(BaseModel):
         "run_id", doc="Shared by every process; default $SLURM_JOB_ID, else random."
     )
     user_id: str | None = _field("user_id")
-    shutdown_timeout_s: float = _field("shutdown_timeout_s", gt=0)
+    shutdown_timeout_s: float = _field(
+        "shutdown_timeout_s", gt=0, le=MAX_SHUTDOWN_TIMEOUT_S, allow_inf_nan=False
+    )
     watchdog: bool = _field("watchdog")
 
     @model_validator(mode="before")

@@ -16,6 +16,7 @@ Both init functions are idempotent; nothing after init raises into training.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import secrets
@@ -35,6 +36,7 @@ from spanspec.spec import Spec
 
 __all__ = [
     "add_worker_costs",
+    "check_telemetry",
     "get_telemetry",
     "init_telemetry_driver",
     "init_telemetry_worker",
@@ -57,6 +59,32 @@ _stop_counting_stalls: Any = None
 def _count_stall(stall: watchdog.Stall) -> None:
     """The watchdog's on-stall callback: one ``rl.stalls`` point per span that outlived its bound."""
     spanspec_metrics.record("rl.stalls", 1, {"rl.stall.span": stall.name})
+
+
+# The SDK and exporters come with the ``otel`` extra; without them every site is a no-op.
+SDK_MISSING_HINT = "pip install 'nemo-rl-otel[otel]'"
+_sdk_warned = False
+
+
+def _without_sdk(settings: Settings) -> Settings:
+    """Return ``settings`` switched off (warned once per process) when the SDK is not installed."""
+    global _sdk_warned
+    if not settings.enabled or not settings.exporters:
+        return settings
+    try:
+        present = importlib.util.find_spec("opentelemetry.sdk") is not None
+    except (ImportError, ValueError):
+        present = False
+    if present:
+        return settings
+    if not _sdk_warned:
+        _sdk_warned = True
+        _log.warning(
+            "telemetry: off, the OpenTelemetry SDK is not installed (install it with: %s); "
+            "training runs with every span and metric a no-op",
+            SDK_MISSING_HINT,
+        )
+    return settings.with_values("OpenTelemetry SDK not installed", enabled=False)
 
 
 # -- reading the run config -----------------------------------------------------------------------
@@ -157,6 +185,64 @@ def resolve_settings(
     return settings, mapping
 
 
+def check_telemetry(
+    config: Any = None, *, spec: Spec | None = None, env: Mapping[str, str] | None = None
+) -> tuple[Settings, Mapping[str, Any], Spec, frozenset[str]]:
+    """Check everything a run checks about its telemetry before it starts; write nothing.
+
+    The ``telemetry:`` block, every ``NEMO_RL_OTEL_*`` / ``OTEL_*`` variable the exporters read
+    (:func:`spanspec.settings.load_settings`), the group expression against the registry (the
+    message names the variable or key it came from) and, for the file exporter, that
+    ``file_dir`` can be created. ``python -m nemo_rl.telemetry settings`` and
+    :func:`init_telemetry_driver` both call this, so they accept and refuse the same things.
+
+    Returns:
+        The settings, the config as a mapping, the registry and the enabled groups.
+
+    Raises:
+        pydantic.ValidationError: for a malformed ``telemetry:`` block.
+        SettingsError: for a bad variable, an unknown group or an unwritable ``file_dir``.
+        SpecError: for a registry that cannot be loaded.
+    """
+    settings, mapping = resolve_settings(config, env)
+    spec = spec or spanspec.load()
+    try:
+        groups = spec.resolve(settings.span_groups)
+    except spanspec.SpecError as exc:
+        where = _where(settings, "span_groups")
+        raise SettingsError(
+            [f"{where}={settings.span_groups!r}: {f.message}" for f in exc.findings]
+        ) from None
+    if settings.enabled and "file" in settings.exporters:
+        problem = _unwritable(Path(settings.file_dir))
+        if problem:
+            raise SettingsError(
+                [f"{_where(settings, 'file_dir')}={settings.file_dir!r}: {problem}"]
+            )
+    return settings, mapping, spec, groups
+
+
+def _where(settings: Settings, name: str) -> str:
+    """``NEMO_RL_OTEL_SPAN_GROUPS`` or ``telemetry.span_groups``: where a setting came from."""
+    source = settings.sources.get(name, "default")
+    kind, _, place = source.partition(" ")
+    return place.split(" ")[0] if kind in ("env", "config") and place else f"telemetry.{name}"
+
+
+def _unwritable(folder: Path) -> str | None:
+    """Why ``folder`` cannot be created or written, or None when it can."""
+    probe = folder
+    while not probe.exists():
+        if probe.parent == probe:
+            return "no such folder"
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{probe} is a file, not a folder"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"cannot write in {probe} (permission denied or read-only file system)"
+    return None
+
+
 # -- the environment workers inherit --------------------------------------------------------------
 
 
@@ -217,15 +303,16 @@ def init_telemetry_driver(
 
     Raises:
         pydantic.ValidationError: for a malformed ``telemetry:`` block (unknown key, bad value).
-        SettingsError: for a malformed ``NEMO_RL_OTEL_*`` / ``NEMO_LENS_*`` / OTLP variable.
-        SpecError: for a registry problem or an unknown word in ``span_groups``.
+        SettingsError: for a malformed ``NEMO_RL_OTEL_*`` / ``NEMO_LENS_*`` / OTLP variable, an
+            unknown word in ``span_groups`` or an unwritable ``file_dir`` (see
+            :func:`check_telemetry`).
+        SpecError: for a registry problem.
     """
     global _handle, _settings
     if _handle is not None:
         return _handle
-    settings, mapping = resolve_settings(config)
-    spec = spec or spanspec.load()
-    groups = spec.resolve(settings.span_groups)  # an unknown group fails here, not in a worker
+    # Every check before anything starts: an unknown group fails here, not in a worker.
+    settings, mapping, spec, groups = check_telemetry(config, spec=spec)
     if _ray_started():
         _log.warning(
             "telemetry: init_telemetry_driver ran after Ray started; workers started earlier "
@@ -240,7 +327,8 @@ def init_telemetry_driver(
         "service.namespace": settings.project,
     }
     handle = export.setup(
-        settings,
+        # The env still carries the settings as given: a worker with the SDK exports.
+        _without_sdk(settings),
         rank=0,
         world_size=1,
         resource={
@@ -295,6 +383,11 @@ def init_telemetry_worker(
         settings = load_settings(env=os.environ, defaults={"enabled": driver_ran})
         spec = spec or spanspec.load()
         groups = spec.resolve(settings.span_groups)
+        picked = export.should_export(
+            settings, rank, world_size, local_rank=local_rank, worker_group=worker_group
+        )
+        if picked:  # only a rank that would export needs the SDK, and says so
+            settings = _without_sdk(settings)
         handle = export.setup(
             settings,
             rank=rank,
@@ -312,7 +405,7 @@ def init_telemetry_worker(
             handle_sigterm=True,
         )
         _activate(handle, spec)
-    except (SettingsError, spanspec.SpecError, OSError) as exc:
+    except Exception as exc:  # a worker trains on whatever its telemetry settings say
         _log.error("telemetry: off in %s rank %d: %s", worker_group, rank, exc)
         settings = Settings(enabled=False)
         handle = export.setup(settings, rank, world_size, exporting=False)

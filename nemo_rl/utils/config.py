@@ -13,12 +13,14 @@ import os
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from pydantic import BaseModel, ValidationError
 
-__all__ = ["ConfigError", "load_config", "validate_config"]
+from spanspec.findings import Finding, SpecError
+from spanspec.loader import parse_yaml
+
+__all__ = ["ConfigError", "load_config", "read_config", "validate_config"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -28,7 +30,10 @@ class ConfigError(ValueError):
 
     def __init__(self, problems: list[str]) -> None:
         self.problems = problems
-        super().__init__("invalid config:\n  " + "\n  ".join(problems))
+        if len(problems) == 1:
+            super().__init__(f"invalid config: {problems[0]}")
+        else:
+            super().__init__("invalid config:\n  " + "\n  ".join(problems))
 
 
 def load_config(path: str | None, overrides: Sequence[str], model: type[M]) -> M:
@@ -36,6 +41,15 @@ def load_config(path: str | None, overrides: Sequence[str], model: type[M]) -> M
 
     Each override is ``dotted.key=value`` (values parsed as YAML: ``20``, ``true``, ``[a, b]``).
     Raises ``ConfigError`` for a malformed override or any invalid or unknown key.
+    """
+    return validate_config(read_config(path, overrides), model)
+
+
+def read_config(path: str | None, overrides: Sequence[str]) -> dict[str, Any]:
+    """Returns the YAML at ``path`` (None: empty) merged with ``overrides``, interpolations resolved.
+
+    Raises ``ConfigError`` naming the file:line:col, the override or the key for a missing file,
+    a YAML error, a malformed override or an interpolation that cannot be resolved.
     """
     base = _read_yaml(path) if path else OmegaConf.create({})
     bad = [o for o in overrides if "=" not in o]
@@ -48,21 +62,18 @@ def load_config(path: str | None, overrides: Sequence[str], model: type[M]) -> M
         key = getattr(e, "full_key", None)
         message = str(e).splitlines()[0]
         raise ConfigError([f"{key}: {message}" if key else message]) from None
-    return validate_config(data, model)
+    return data  # type: ignore[return-value]
 
 
 def _read_yaml(path: str) -> Any:
     if not os.path.isfile(path):
         raise ConfigError([f"{path}: no such config file (give --config the path of a YAML file)"])
     try:
-        with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else path
-        raise ConfigError([f"{where}: invalid YAML: {e.problem or e.context}"]) from None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise ConfigError([f"{path}: cannot read the config: {e}"]) from None
+        # spanspec's reader: file:line:col for syntax errors, tabs and control characters named,
+        # duplicate keys refused, and aliases that would expand without end stopped.
+        data = parse_yaml(path).data
+    except SpecError as e:
+        raise ConfigError([_located(f) for f in e.findings]) from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -73,6 +84,11 @@ def _read_yaml(path: str) -> Any:
         return OmegaConf.create(data)
     except OmegaConfBaseException as e:
         raise ConfigError([f"{path}: {str(e).splitlines()[0]}"]) from None
+
+
+def _located(f: Finding) -> str:
+    where = f"{f.file}:{f.line}:{f.col}" if f.line else f.file
+    return f"{where}: {f.message}"
 
 
 def validate_config(data: Any, model: type[M]) -> M:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -130,11 +132,30 @@ def write_or_check(target: Path, text: str, check: bool, command: str) -> int:
         return 1
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
+        _write_atomically(target, text)
     except OSError as exc:
         raise UsageError(f"cannot write {shown}: {exc.strerror}") from None
     print(f"wrote {shown}")
     return 0
+
+
+def _write_atomically(target: Path, text: str) -> None:
+    """Write a sibling temporary file, then rename it over ``target``: a failed write (disk
+    full, killed) leaves the previous file whole, never a half-written one."""
+    import tempfile
+
+    fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as file:
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
 
 
 def trace_files(paths: Sequence[str]) -> list[str]:

@@ -8,7 +8,8 @@ receiver can replay them.
 Each line goes out in one ``os.write`` on a file opened ``O_APPEND``, so several processes can
 share a file and a process killed mid-run loses at most the line being written. A file found
 ending mid-line (a run killed while writing, resumed into the same folder) is first closed with a
-newline, so the torn line stays the only one lost. Imported by :mod:`spanspec.export` only, when
+newline, so the torn line stays the only one lost; so is a line torn by a failed write (disk
+full) before the next one is written. Imported by :mod:`spanspec.export` only, when
 telemetry is on.
 """
 
@@ -77,6 +78,9 @@ class JsonLinesFile:
             os.write(self._fd, b"\n")  # end the torn line, or it swallows our first one
         self._lock = threading.Lock()
         self.lines_written = 0
+        # True after a write that failed part-way (disk full): the next line starts with the
+        # newline that ends the torn one, so a good batch is never glued onto it and lost.
+        self._torn = False
         # A fork while another thread holds the lock would leave the child's copy locked forever.
         ref = weakref.ref(self)
         os.register_at_fork(after_in_child=lambda: _reset_lock(ref))
@@ -88,12 +92,15 @@ class JsonLinesFile:
             OSError: when the file cannot be written (the exporter reports a failure).
         """
         line = json.dumps(to_otlp_json(message), separators=(",", ":")) + "\n"
-        data = memoryview(line.encode("utf-8"))
+        encoded = line.encode("utf-8")
         with self._lock:
             if self._fd is None:
                 raise OSError(f"{self.path} is closed")
+            data = memoryview(b"\n" + encoded if self._torn else encoded)
             while data:
-                written = os.write(self._fd, data)
+                written = os.write(self._fd, data)  # OSError: the guard counts the batch lost
+                if written:
+                    self._torn = data[written - 1 : written] != b"\n"
                 data = data[written:]
             self.lines_written += 1
 

@@ -33,7 +33,7 @@ from opentelemetry.sdk.metrics.export import (
     PeriodicExportingMetricReader,
 )
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import Event, ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
     ConsoleSpanExporter,
@@ -43,6 +43,7 @@ from opentelemetry.sdk.trace.export import (
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 
 from spanspec import metrics as spanspec_metrics
+from spanspec import runtime
 from spanspec.export._file_exporter import FileLogExporter, FileMetricExporter, FileSpanExporter
 from spanspec.export._stats import (
     LOG_QUEUE_SIZE,
@@ -57,6 +58,7 @@ from spanspec.export._stats import (
     exporters_for,
 )
 from spanspec.settings import Settings
+from spanspec.spec import REDACTED
 from spanspec.watchdog import OpenSpan
 
 _log = logging.getLogger("spanspec.export")
@@ -213,12 +215,57 @@ class _Guard:
         )
 
 
+def _needs_redaction(attributes: Any, keys: frozenset[str]) -> bool:
+    return bool(attributes) and any(
+        attributes.get(k, REDACTED) != REDACTED for k in keys.intersection(attributes)
+    )
+
+
+def _redacted(attributes: Any, keys: frozenset[str]) -> dict[str, Any]:
+    return {k: REDACTED if k in keys else v for k, v in attributes.items()}
+
+
+def redact(spans: Sequence[ReadableSpan], keys: frozenset[str]) -> Sequence[ReadableSpan]:
+    """Return ``spans`` with the value of every attribute in ``keys`` replaced by ``[REDACTED]``,
+    on the span and its events, whoever set it. Spans with nothing to redact are passed as is."""
+    if not keys:
+        return spans
+    out = []
+    for s in spans:
+        events = s.events
+        if not _needs_redaction(s.attributes, keys) and not any(
+            _needs_redaction(e.attributes, keys) for e in events
+        ):
+            out.append(s)
+            continue
+        out.append(
+            ReadableSpan(
+                name=s.name,
+                context=s.context,
+                parent=s.parent,
+                resource=s.resource,
+                attributes=_redacted(s.attributes or {}, keys),
+                events=[
+                    Event(e.name, _redacted(e.attributes or {}, keys), e.timestamp) for e in events
+                ],
+                links=s.links,
+                kind=s.kind,
+                status=s.status,
+                start_time=s.start_time,
+                end_time=s.end_time,
+                instrumentation_scope=s.instrumentation_scope,
+            )
+        )
+    return out
+
+
 class GuardedSpanExporter(SpanExporter):
     def __init__(self, inner: SpanExporter, stats: PipelineStats) -> None:
         self._guard = _Guard(inner, stats)
         self.inner = inner
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        spans = redact(spans, runtime.sensitive_keys())
         result = self._guard.run(
             len(spans), lambda: self.inner.export(spans), SpanExportResult.SUCCESS
         )

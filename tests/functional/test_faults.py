@@ -306,3 +306,13 @@ def test_a_forked_child_does_not_re_export_its_parents_spans(tmp_path):
     assert batches == [-1, 0, 1, 2, 100]  # every span exactly once; the step by the parent only
     (step,) = [s for s in spans if s["name"] == "rl.grpo.step"]
     assert "spanspec.truncated" not in attrs(step)
+    # each process exports as itself
+    lines = (tmp_path / "traces.jsonl").read_text().splitlines()
+    pids = {}
+    for line in lines:
+        for rs in json.loads(line)["resourceSpans"]:
+            pid = attrs(rs["resource"])["process.pid"]
+            for ss in rs["scopeSpans"]:
+                for s in ss["spans"]:
+                    pids[attrs(s).get("rl.micro_batch", -1)] = pid
+    assert pids[100] != pids[0] and pids[0] == pids[-1]

@@ -103,7 +103,7 @@ EXPECTED: dict[str, list[tuple[int, int, str, str]]] = {
     ],
     "missing_field.yaml": [(6, 5, "schema.missing", "spans.0.brief: required field is missing")],
     "wrong_value_type.yaml": [
-        (1, 10, "schema.int_parsing", "version: Input should be a valid integer")
+        (1, 10, "schema.int_type", "version: expected 1 (the only registry format version)")
     ],
     "not_utf8.yaml": [(4, 22, "file.unreadable", "not UTF-8 text (byte 0xe9)")],
     "too_deep.yaml": [(2, 1007, "yaml.syntax", "exceeded maximum nesting depth")],

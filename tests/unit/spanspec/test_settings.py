@@ -107,7 +107,7 @@ def test_yaml_types_and_lists():
         ("NEMO_RL_OTEL_EXPORT_SAMPLE_RATE", "half", "expected a number between 0.0 and 1.0"),
         ("NEMO_RL_OTEL_EXPORT_RANK", "-1", "expected an integer >= 0"),
         ("NEMO_RL_OTEL_EXPORT_RANK", "1.5", "expected an integer >= 0"),
-        ("NEMO_RL_OTEL_SHUTDOWN_TIMEOUT_S", "0", "expected a number > 0.0"),
+        ("NEMO_RL_OTEL_SHUTDOWN_TIMEOUT_S", "0", "expected a number in (0.0, 3600.0]"),
         ("NEMO_LENS_ENABLED", "sure", "expected a boolean"),
     ],
 )

@@ -63,4 +63,4 @@ def test_a_batch_larger_than_the_data_is_a_config_error(algo, section, available
     validate_config({algo: {**section, "batch_size": available}}, model)  # all of it is fine
     with pytest.raises(ConfigError) as e:
         validate_config({algo: {**section, "batch_size": available + 1}}, model)
-    assert f"\n  {algo}.batch_size={available + 1} is more than the {available} " in str(e.value)
+    assert f"{algo}.batch_size={available + 1} is more than the {available} " in str(e.value)

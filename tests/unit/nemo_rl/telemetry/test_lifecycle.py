@@ -135,7 +135,12 @@ def test_driver_init_is_idempotent_and_logs_the_settings(caplog):
     [
         ({}, {"exporterr": "file"}, ValidationError, "did you mean 'exporter'"),
         ({"NEMO_RL_OTEL_ENABLED": "maybe"}, {}, SettingsError, "NEMO_RL_OTEL_ENABLED='maybe'"),
-        ({}, {"span_groups": "per_stpe"}, spanspec.SpecError, "did you mean 'per_step'"),
+        (
+            {},
+            {"span_groups": "per_stpe"},
+            SettingsError,
+            "telemetry.span_groups='per_stpe': unknown group",
+        ),
         ({"OTEL_EXPORTER_OTLP_PROTOCOL": "thrift"}, {"exporter": "otlp"}, SettingsError, "thrift"),
     ],
 )

@@ -1,0 +1,197 @@
+"""A training run that is stopped from outside: SIGTERM to the driver (with a collector that never
+answers), SIGTERM to a worker, kill -9 of a worker. Each ends with one line on stderr, the exit
+code that says what happened, the trace file complete, and no Ray process of the run left.
+
+Each run gets its own ``RAY_TMPDIR`` so its Ray processes (raylet, GCS, agents, workers) can be
+told from any other cluster on the machine: they all carry the session folder on their command
+line or are children of the raylet that does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.otlp_receiver import BlackHole
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+# Small steps, no validation or checkpoints: the run reaches its first step quickly.
+QUICK = [
+    "grpo.max_steps=200",
+    "grpo.num_prompts_per_step=8",
+    "grpo.num_generations_per_prompt=4",
+    "grpo.val_at_start=false",
+    "grpo.val_period=1000",
+    "checkpointing.enabled=false",
+]
+SHUTDOWN_S = 3.0
+
+
+def _children(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def _ray_processes(ray_tmp: str) -> list[int]:
+    """The processes of this run's Ray session: those naming its folder, and their children."""
+    out = subprocess.run(["pgrep", "-f", ray_tmp], capture_output=True, text=True).stdout
+    found = {int(p) for p in out.split()} - {os.getpid()}
+    for pid in list(found):
+        found.update(_children(pid))
+    return sorted(p for p in found if _cmdline(p))
+
+
+class Run:
+    """``examples/run_grpo.py`` in a subprocess, with its own Ray folder."""
+
+    def __init__(self, tmp: Path, *overrides: str, env: dict[str, str] | None = None) -> None:
+        self.log_dir = tmp / "run"
+        self.ray_tmp = tempfile.mkdtemp(prefix="rs", dir="/tmp")  # short: socket paths
+        full_env = {
+            k: v for k, v in os.environ.items() if not k.startswith(("NEMO_RL_OTEL_", "OTEL_"))
+        }
+        full_env.update(env or {}, RAY_TMPDIR=self.ray_tmp)
+        self.stderr_path = tmp / "stderr"
+        self.proc = subprocess.Popen(
+            [sys.executable, "examples/run_grpo.py", *QUICK, *overrides],
+            cwd=ROOT,
+            env=full_env,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr_path.open("w"),
+            text=True,
+        )
+
+    def wait_for_step(self, timeout: float = 240) -> None:
+        metrics = self.log_dir / "metrics.jsonl"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if metrics.exists() and metrics.read_text().strip():
+                return
+            assert self.proc.poll() is None, self.stderr_path.read_text()
+            time.sleep(0.5)
+        raise AssertionError("no step finished in time")
+
+    def worker(self, class_name: str) -> int:
+        for pid in _ray_processes(self.ray_tmp):
+            if _cmdline(pid).startswith(f"ray::{class_name}"):
+                return pid
+        raise AssertionError(f"no {class_name} process")
+
+    def finish(self, timeout: float = 120) -> tuple[int, str]:
+        self.proc.communicate(timeout=timeout)
+        return self.proc.returncode, self.stderr_path.read_text()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        for pid in _ray_processes(self.ray_tmp):  # never leave a cluster behind a failed test
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        shutil.rmtree(self.ray_tmp, ignore_errors=True)
+
+
+@pytest.fixture
+def runs(tmp_path: Path) -> Iterator[list[Run]]:
+    started: list[Run] = []
+    yield started
+    for r in started:
+        r.close()
+
+
+def _spans(path: Path) -> list[dict]:
+    spans = []
+    for line in path.read_text().splitlines():
+        for rs in json.loads(line)["resourceSpans"]:
+            for ss in rs["scopeSpans"]:
+                for s in ss["spans"]:
+                    s["attrs"] = {
+                        a["key"]: next(iter(a["value"].values())) for a in s.get("attributes", [])
+                    }
+                    spans.append(s)
+    return spans
+
+
+def _assert_no_ray_left(run: Run) -> None:
+    deadline = time.monotonic() + 10
+    while _ray_processes(run.ray_tmp) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    left = {p: _cmdline(p) for p in _ray_processes(run.ray_tmp)}
+    assert not left, f"Ray processes left behind: {left}"
+
+
+def test_sigterm_to_the_driver_with_a_black_hole_collector(tmp_path, runs):
+    with BlackHole() as hole:
+        run = Run(
+            tmp_path,
+            f"logger.log_dir={tmp_path}/run",
+            "telemetry.exporter=otlp,file",
+            "telemetry.span_groups=all",
+            f"telemetry.shutdown_timeout_s={SHUTDOWN_S}",
+            env={"OTEL_EXPORTER_OTLP_ENDPOINT": hole.endpoint, "OTEL_EXPORTER_OTLP_TIMEOUT": "2"},
+        )
+        runs.append(run)
+        run.wait_for_step()
+        run.proc.send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        code, stderr = run.finish()
+        elapsed = time.monotonic() - sent
+    assert code == 143, stderr
+    assert "error: terminated by SIGTERM" in stderr
+    assert "Traceback" not in stderr and "ended span" not in stderr, stderr
+    # the driver's own flush is bounded; the rest is stopping workers (each bounded too) and Ray
+    assert elapsed < 4 * SHUTDOWN_S + 30, elapsed
+    spans = _spans(tmp_path / "run" / "telemetry" / "traces.jsonl")
+    (job,) = [s for s in spans if s["name"] == "rl.grpo.job"]
+    assert job["attrs"].get("spanspec.truncated") is True
+    steps = [s for s in spans if s["name"] == "rl.grpo.step"]
+    assert any(s["attrs"].get("spanspec.truncated") for s in steps)  # the step it stopped in
+    assert all(s["traceId"] == job["traceId"] for s in steps)
+    _assert_no_ray_left(run)
+
+
+@pytest.mark.parametrize(
+    ("how", "code", "words"),
+    [
+        (signal.SIGKILL, 1, ["worker PolicyWorker", "died"]),
+        (signal.SIGTERM, 143, ["worker PolicyWorker", "terminated by SIGTERM"]),
+    ],
+)
+def test_a_worker_stopped_from_outside_is_one_line_naming_it(tmp_path, runs, how, code, words):
+    run = Run(tmp_path, f"logger.log_dir={tmp_path}/run")
+    runs.append(run)
+    run.wait_for_step()
+    pid = run.worker("PolicyWorker")
+    os.kill(pid, how)
+    status, stderr = run.finish()
+    assert status == code, stderr
+    assert "Traceback" not in stderr, stderr
+    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, stderr
+    for w in words:
+        assert w in errors[0]
+    assert str(pid) in errors[0]
+    # what the driver exported is complete: every line parses
+    _spans(tmp_path / "run" / "telemetry" / "traces.jsonl")
+    _assert_no_ray_left(run)

@@ -1,0 +1,100 @@
+"""No sensitive value in clear, anywhere: values planted in every attribute the registry declares
+sensitive, by every route, then every exported file and every captured log line is searched.
+
+Routes: ``span()`` keywords, ``set_attribute`` and ``set_attributes`` on the span it returns, a
+value of the wrong type (dropped, and the warning must not quote it), strict mode (the error
+must not quote it), logs exported to ``logs.jsonl``, and the settings table logged at start-up
+(``user_id``). The process runs apart so its logging, env and telemetry are its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SECRETS = {
+    "user_id": "sekrit-user-0001",
+    "kwarg": "sekrit-kwarg-0002",
+    "set_attribute": "sekrit-setattr-0003",
+    "set_attributes": "sekrit-setattrs-0004",
+    "wrong_type": "sekrit-wrong-0005",
+    "strict": "sekrit-strict-0006",
+    "prompt": "sekrit-prompt-0007",
+    "event": "sekrit-event-0008",
+}
+
+CHILD = textwrap.dedent(
+    """
+    import json, logging, sys
+    import spanspec
+    from nemo_rl.telemetry import init_telemetry_driver, shutdown_telemetry
+
+    S = json.loads(sys.argv[2])
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    config = {
+        "logger": {"log_dir": sys.argv[1]},
+        "telemetry": {"exporter": "file,console", "span_groups": "all", "logs_enabled": True},
+    }
+    init_telemetry_driver(config, "grpo")  # logs the settings table (user_id from the env)
+    job = {"rl.algorithm": "grpo", "enduser.id": S["kwarg"]}
+    with spanspec.span("rl.grpo.job", **job) as s:
+        s.set_attribute("enduser.id", S["set_attribute"])
+        s.add_event("who", {"enduser.id": S["event"]})
+    with spanspec.span("rl.grpo.job", **{"rl.algorithm": "grpo"}) as s:
+        s.set_attributes({"enduser.id": S["set_attributes"], "rl.model": "m"})
+    with spanspec.span("rl.grpo.job", **{"rl.algorithm": "grpo", "enduser.id": [S["wrong_type"]]}):
+        pass
+    with spanspec.span("rl.vllm.generate_text", **{"gen_ai.system": "vllm"}) as s:
+        s.set_attribute("gen_ai.prompt", [S["prompt"], "2+2="])
+    logging.getLogger("user.code").warning("a plain log line")
+    spanspec.activate(spanspec.load(), "all", strict=True, env_var=None)
+    try:
+        with spanspec.span("rl.grpo.job", **{"rl.algorithm": "grpo", "enduser.id": 7.5}):
+            pass
+    except spanspec.SpecError as exc:
+        logging.getLogger("user.code").error("strict: %s", exc)
+    try:
+        with spanspec.span("rl.grpo.job", **{"rl.algorithm": "grpo", "enduser.id": {S["strict"]: 1}}):
+            pass
+    except spanspec.SpecError as exc:
+        logging.getLogger("user.code").error("strict: %s", exc)
+    shutdown_telemetry()
+    """
+)
+
+
+def test_no_sensitive_value_reaches_any_file_or_log(tmp_path):
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("NEMO_RL_OTEL_", "NEMO_LENS_", "OTEL_"))
+    }
+    env["NEMO_RL_OTEL_USER_ID"] = SECRETS["user_id"]
+    env["OTEL_BLRP_SCHEDULE_DELAY"] = "50"
+    r = subprocess.run(
+        [sys.executable, "-c", CHILD, str(tmp_path), json.dumps(SECRETS)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    files = sorted((tmp_path / "telemetry").glob("*.jsonl"))
+    assert {f.name for f in files} >= {"traces.jsonl", "logs.jsonl"}
+    everything = {"stdout (console exporter)": r.stdout, "stderr (logs)": r.stderr}
+    everything.update({f.name: f.read_text() for f in files})
+    for where, text in everything.items():
+        for route, secret in SECRETS.items():
+            assert secret not in text, f"{route} value found in {where}"
+    # the routes were really taken: the spans are there, redacted, and the logs were exported
+    traces = everything["traces.jsonl"]
+    assert traces.count("[REDACTED]") >= 4
+    logs = everything["logs.jsonl"]
+    assert "a plain log line" in logs and "strict:" in logs and "user_id" in logs
+    assert "must be" in r.stderr  # the wrong-type warning, without the value
