@@ -51,6 +51,7 @@ from nemo_rl.algorithms.common import (
     score_responses,
     spawn_policy,
     stop_workers,
+    train_in_job,
     wait_ready,
     write_checkpoint,
 )
@@ -441,11 +442,7 @@ def run(cfg: MasterConfig, job_attributes: dict[str, Any]) -> RunSummary:
     """The whole job inside its ``rl.async_grpo.job`` span: setup, train, teardown; returns the
     summary."""
     with spanspec.span("rl.async_grpo.job", **job_attributes):
-        s = setup(cfg)
-        try:
-            return async_grpo_train(s)
-        finally:
-            teardown(s)
+        return train_in_job(cfg, setup, async_grpo_train, teardown)
 
 
 # -- the loop -----------------------------------------------------------------------------------

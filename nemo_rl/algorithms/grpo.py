@@ -42,6 +42,7 @@ from nemo_rl.algorithms.common import (
     step_seed,
     stop_workers,
     sync_weights,
+    train_in_job,
     wait_ready,
     write_checkpoint,
 )
@@ -164,11 +165,7 @@ def teardown(s: GRPOSetup) -> None:
 def run(cfg: MasterConfig, job_attributes: dict[str, Any]) -> RunSummary:
     """The whole job inside its ``rl.grpo.job`` span: setup, train, teardown; returns the summary."""
     with spanspec.span("rl.grpo.job", **job_attributes):
-        s = setup(cfg)
-        try:
-            return grpo_train(s)
-        finally:
-            teardown(s)
+        return train_in_job(cfg, setup, grpo_train, teardown)
 
 
 # -- the loop -----------------------------------------------------------------------------------
