@@ -30,6 +30,7 @@ PAGES = [
     GUIDE / "configuration.md",
     GUIDE / "backends.md",
     GUIDE / "scale.md",
+    GUIDE / "watchdog.md",
     GUIDE / "vllm.md",
     GUIDE / "extending.md",
     ROOT / "nemo_rl" / "telemetry" / "README.md",
