@@ -107,9 +107,9 @@ def _describe(err: Any, model: type[BaseModel]) -> str:
         close = difflib.get_close_matches(loc[-1], fields, n=1, cutoff=0.6)
         hint = f" (did you mean {close[0]}?)" if close else f" (valid keys: {', '.join(fields)})"
         return f"{key}: unknown key{hint}"
-    message = err["msg"]
+    message = str(err["msg"]).removeprefix("Value error, ")  # pydantic's prefix says nothing
     if not loc and err["type"] == "value_error":  # a check across sections names its own keys
-        return message.removeprefix("Value error, ")
+        return message
     if err["type"] != "value_error" and "input" in err and not isinstance(err["input"], dict):
         message += f" (got {err['input']!r})"
     return f"{key}: {message}"
