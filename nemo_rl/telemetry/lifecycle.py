@@ -311,6 +311,7 @@ def init_telemetry_driver(
     global _handle, _settings
     if _handle is not None:
         return _handle
+    _worker_costs.clear()  # a new job: costs of workers from an earlier one are not its own
     # Every check before anything starts: an unknown group fails here, not in a worker.
     settings, mapping, spec, groups = check_telemetry(config, spec=spec)
     if _ray_started():
