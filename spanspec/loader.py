@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from spanspec._yaml_aliases import check_aliases
 from spanspec.findings import Finding, SpecError, did_you_mean
 from spanspec.schema import Registry
 
@@ -108,7 +109,7 @@ def parse_yaml(path: str | os.PathLike[str], text: str | None = None) -> Located
                 root = loader.get_single_node()
             except yaml.YAMLError as exc:
                 raise SpecError([_syntax_finding(name, text, exc)]) from None
-            _check_aliases(name, root)
+            check_aliases(name, root)
             duplicates = list(_duplicate_keys(root))
             if duplicates:
                 raise SpecError(
@@ -182,72 +183,6 @@ def gc_paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
-
-
-# An alias repeats its anchor's whole subtree for everything that reads the data (validation,
-# compilation); a few hundred bytes of nested aliases ("billion laughs") expand exponentially.
-MAX_EXPANDED_NODES = 1_000_000
-
-
-def _check_aliases(name: str, root: yaml.Node | None) -> None:
-    """Raise a finding for an alias inside its own anchor, or aliases that expand too far.
-
-    Each node is visited once (the composer shares the node of an anchor with its aliases), so
-    this is linear in the file, whatever the aliases would expand to.
-    """
-    sizes: dict[int, int] = {}
-    open_: set[int] = set()
-    stack: list[tuple[yaml.Node, bool]] = [(root, False)] if root is not None else []
-    while stack:
-        node, done = stack.pop()
-        key = id(node)
-        children = _children(node)
-        if done:
-            open_.discard(key)
-            sizes[key] = 1 + sum(sizes[id(c)] for c in children)
-            if sizes[key] > MAX_EXPANDED_NODES:
-                raise SpecError(
-                    [_at(node, name, "yaml.alias_expansion", _EXPANSION_MESSAGE)]
-                ) from None
-            continue
-        if key in sizes:
-            continue
-        open_.add(key)
-        stack.append((node, True))
-        for child in children:
-            if id(child) in open_:
-                raise SpecError(
-                    [
-                        _at(
-                            node,
-                            name,
-                            "yaml.recursive_alias",
-                            "an alias refers to the anchor it is inside, so the value would "
-                            "contain itself; point it at an anchor defined outside it",
-                        )
-                    ]
-                )
-            if id(child) not in sizes:
-                stack.append((child, False))
-
-
-_EXPANSION_MESSAGE = (
-    f"aliases here expand to more than {MAX_EXPANDED_NODES:,} values (nested '*' references, "
-    "a 'billion laughs'); write the values out, or use fewer levels of aliases"
-)
-
-
-def _children(node: yaml.Node) -> list[yaml.Node]:
-    if isinstance(node, yaml.MappingNode):
-        return [n for pair in node.value for n in pair]
-    if isinstance(node, yaml.SequenceNode):
-        return list(node.value)
-    return []
-
-
-def _at(node: yaml.Node, name: str, finding_id: str, message: str) -> Finding:
-    mark = node.start_mark
-    return Finding(finding_id, message, file=name, line=mark.line + 1, col=mark.column + 1)
 
 
 def _syntax_finding(name: str, text: str, exc: yaml.YAMLError) -> Finding:

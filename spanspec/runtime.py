@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-import numbers
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -23,7 +22,8 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode
 
 from spanspec import watchdog
-from spanspec.findings import Finding, SpecError, a_type
+from spanspec._coerce import BAD, FAST_TYPES, coerce, describe
+from spanspec.findings import Finding, SpecError
 from spanspec.spec import REDACTED, AttributeDef, SpanEntry, Spec
 
 __all__ = [
@@ -83,7 +83,7 @@ class _Gate:
         self.live: type[_LiveSpan] = _LiveSpan if self.bound is None else _WatchedSpan
         # Exact Python types accepted without the slower general check.
         self.types = {
-            key: _FAST_TYPES.get(a.type, ()) if a.allowed is None and not a.sensitive else ()
+            key: FAST_TYPES.get(a.type, ()) if a.allowed is None and not a.sensitive else ()
             for key, a in self.attributes.items()
         }
 
@@ -105,68 +105,21 @@ class _Gate:
                 out[key] = value
                 continue
             decl = self.attributes[key]
-            value = _coerce(decl, value)
-            if value is _BAD:
+            value = coerce(decl, value)
+            if value is BAD:
                 given = attributes[key]
                 # A sensitive value never reaches a message (which logs may export).
                 shown = "(value not shown: sensitive)" if decl.sensitive else repr(given)
                 _problem(
                     self,
                     "span.attribute_type",
-                    f"span '{self.name}': attribute '{key}' must be {_describe(decl)}, got "
+                    f"span '{self.name}': attribute '{key}' must be {describe(decl)}, got "
                     f"{type(given).__name__} {shown}",
                     key,
                 )
                 continue
             out[key] = REDACTED if decl.sensitive else value
         return out
-
-
-_FAST_TYPES: dict[str, tuple[type, ...]] = {
-    "string": (str,),
-    "int": (int,),
-    "float": (float,),  # an int goes through _coerce: exported as a double, as declared
-    "bool": (bool,),
-}
-_BAD = object()
-
-
-def _coerce(decl: AttributeDef, value: Any) -> Any:
-    """Return ``value`` in its OpenTelemetry form if it fits ``decl``, else ``_BAD``."""
-    if decl.type.endswith("[]"):
-        if not isinstance(value, list | tuple):
-            return _BAD
-        items = [_coerce_scalar(decl.type[:-2], v) for v in value]
-        if any(v is _BAD for v in items):
-            return _BAD
-        value = tuple(items)
-    else:
-        value = _coerce_scalar(decl.type, value)
-    if value is not _BAD and not decl.accepts(list(value) if isinstance(value, tuple) else value):
-        return _BAD
-    return value
-
-
-def _coerce_scalar(kind: str, value: Any) -> Any:
-    # numpy and torch scalars are numbers.Integral / numbers.Real; bool is never a number here.
-    if isinstance(value, bool) or (
-        hasattr(value, "dtype") and str(getattr(value, "dtype", "")) == "bool"
-    ):
-        return bool(value) if kind == "bool" else _BAD
-    if kind == "int" and isinstance(value, numbers.Integral):
-        return int(value)
-    if kind == "float" and isinstance(value, numbers.Real):
-        return float(value)
-    if kind == "string" and isinstance(value, str):
-        return value
-    return _BAD
-
-
-def _describe(decl: AttributeDef) -> str:
-    text = a_type(decl.type)
-    if decl.allowed is not None:
-        text += f" in {sorted(map(str, decl.allowed))}"
-    return text
 
 
 _warned: set[tuple[str, str]] = set()

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from spanspec.findings import closest, did_you_mean
+from spanspec.sdk_env import MAX_SHUTDOWN_TIMEOUT_S, otel_env_problems
 from spanspec.spec import REDACTED
 
 __all__ = [
@@ -49,7 +50,6 @@ FALLBACK_PREFIX = "NEMO_LENS_"
 EXPORTERS = ("auto", "otlp", "console", "file", "prometheus", "none")
 STRATEGIES = ("single_rank", "all_ranks", "first_rank_per_node", "sampled")
 
-MAX_SHUTDOWN_TIMEOUT_S = 3600.0
 _TRUE = ("true", "1", "yes", "on")
 _FALSE = ("false", "0", "no", "off")
 _OTLP_ENDPOINT_VARS = (
@@ -377,102 +377,6 @@ def _shown(name: str, value: Any) -> str:
     if value is None:
         return ""
     return REDACTED if name in SENSITIVE_FIELDS else str(value)
-
-
-# -- the SDK's own variables: checked here so a bad one is named, not blamed on an exporter -----
-
-_SIGNALS = ("TRACES", "METRICS", "LOGS")
-# Integers the SDK parses (milliseconds, counts); a bad one otherwise fails inside an exporter.
-_SDK_INT_VARS = (
-    "OTEL_BSP_SCHEDULE_DELAY",
-    "OTEL_BSP_EXPORT_TIMEOUT",
-    "OTEL_BSP_MAX_QUEUE_SIZE",
-    "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
-    "OTEL_BLRP_SCHEDULE_DELAY",
-    "OTEL_BLRP_EXPORT_TIMEOUT",
-    "OTEL_BLRP_MAX_QUEUE_SIZE",
-    "OTEL_BLRP_MAX_EXPORT_BATCH_SIZE",
-    "OTEL_METRIC_EXPORT_INTERVAL",
-    "OTEL_METRIC_EXPORT_TIMEOUT",
-    "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT",
-    "OTEL_ATTRIBUTE_COUNT_LIMIT",
-    "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT",
-    "OTEL_SPAN_EVENT_COUNT_LIMIT",
-    "OTEL_SPAN_LINK_COUNT_LIMIT",
-    "OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT",
-    "OTEL_LINK_ATTRIBUTE_COUNT_LIMIT",
-)
-_PROTOCOLS = ("grpc", "http/protobuf")
-_COMPRESSIONS = ("gzip", "deflate", "none")
-
-
-def _otlp_vars(name: str) -> list[str]:
-    return [f"OTEL_EXPORTER_OTLP_{name}"] + [f"OTEL_EXPORTER_OTLP_{s}_{name}" for s in _SIGNALS]
-
-
-def _endpoint_problem(var: str, value: str) -> str | None:
-    from urllib.parse import urlsplit
-
-    text = value.strip()
-    try:
-        parts = urlsplit(text)
-        port = parts.port  # raises for a port that is not a number
-    except ValueError:
-        parts, port = None, None
-    ok = parts is not None and parts.scheme in ("http", "https") and bool(parts.hostname)
-    # The gRPC exporter also takes a bare host:port.
-    if not ok and "://" not in text and ":" in text:
-        host, _, digits = text.rpartition(":")
-        ok = bool(host) and digits.isdigit()
-    del port
-    if ok:
-        return None
-    return (
-        f"{var}={value!r}: expected a URL such as http://localhost:4317 (gRPC) or "
-        "http://localhost:4318 (http/protobuf)"
-    )
-
-
-def otel_env_problems(env: Mapping[str, str], exporters: Iterable[str]) -> list[str]:
-    """Return one line per malformed OpenTelemetry SDK variable that these ``exporters`` would read.
-
-    Checked: the batch, metric-reader and limit integers (``OTEL_BSP_MAX_QUEUE_SIZE``...) and,
-    with ``otlp``, every ``OTEL_EXPORTER_OTLP_[SIGNAL_]{ENDPOINT,PROTOCOL,TIMEOUT,COMPRESSION}``.
-    """
-    problems = []
-    for var in _SDK_INT_VARS:
-        text = env.get(var, "").strip()
-        if text and not (text.isdigit() and (int(text) > 0 or var.endswith("SCHEDULE_DELAY"))):
-            problems.append(f"{var}={env[var]!r}: expected a whole number > 0")
-    if "otlp" not in set(exporters):
-        return problems
-    for var in _otlp_vars("ENDPOINT"):
-        text = env.get(var, "").strip()
-        problem = _endpoint_problem(var, env[var]) if text else None
-        if problem:
-            problems.append(problem)
-    for var in _otlp_vars("PROTOCOL"):
-        text = env.get(var, "").strip()
-        if text and text.lower() not in _PROTOCOLS:
-            extra = " (http/json has no Python exporter)" if text.lower() == "http/json" else ""
-            problems.append(f"{var}={env[var]!r}: expected one of: {', '.join(_PROTOCOLS)}{extra}")
-    for var in _otlp_vars("TIMEOUT"):
-        text = env.get(var, "").strip()
-        if text:
-            try:
-                number = float(text)
-            except ValueError:
-                number = math.nan
-            if not (math.isfinite(number) and 0 < number <= MAX_SHUTDOWN_TIMEOUT_S):
-                problems.append(
-                    f"{var}={env[var]!r}: expected a number of seconds in "
-                    f"(0, {MAX_SHUTDOWN_TIMEOUT_S:g}]"
-                )
-    for var in _otlp_vars("COMPRESSION"):
-        text = env.get(var, "").strip()
-        if text and text.lower() not in _COMPRESSIONS:
-            problems.append(f"{var}={env[var]!r}: expected one of: {', '.join(_COMPRESSIONS)}")
-    return problems
 
 
 def load_settings(

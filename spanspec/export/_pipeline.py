@@ -12,43 +12,40 @@ import sys
 import time
 import warnings
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from opentelemetry.sdk._logs import LoggerProvider, LoggingHandler, ReadableLogRecord
+from opentelemetry.sdk._logs import LoggerProvider, LoggingHandler
 from opentelemetry.sdk._logs.export import (
     BatchLogRecordProcessor,
     ConsoleLogRecordExporter,
-    LogRecordExporter,
-    LogRecordExportResult,
 )
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
     ConsoleMetricExporter,
-    MetricExporter,
-    MetricExportResult,
-    MetricsData,
     PeriodicExportingMetricReader,
 )
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import Event, ReadableSpan, Span, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
     ConsoleSpanExporter,
-    SpanExporter,
-    SpanExportResult,
 )
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 
 from spanspec import metrics as spanspec_metrics
-from spanspec import runtime
 from spanspec.export._file_exporter import FileLogExporter, FileMetricExporter, FileSpanExporter
+from spanspec.export._guards import (
+    Guard,
+    GuardedLogExporter,
+    GuardedMetricExporter,
+    GuardedSpanExporter,
+)
 from spanspec.export._stats import (
     LOG_QUEUE_SIZE,
     METRIC_INTERVAL_MS,
-    REFUSALS,
     SCHEDULE_DELAY_MS,
     SPAN_BATCH_SIZE,
     SPAN_QUEUE_SIZE,
@@ -58,7 +55,6 @@ from spanspec.export._stats import (
     exporters_for,
 )
 from spanspec.settings import Settings
-from spanspec.spec import REDACTED
 from spanspec.watchdog import OpenSpan
 
 _log = logging.getLogger("spanspec.export")
@@ -134,207 +130,6 @@ def _forget(ref: weakref.ref[OpenSpans]) -> None:
     if tracker is not None:
         tracker._open.clear()
         tracker.ended = 0
-
-
-class _Guard:
-    """Counts an exporter's results and warns once, naming the destination, when it fails."""
-
-    def __init__(self, inner: Any, stats: PipelineStats, cpu: ExportCpu | None = None) -> None:
-        self.inner = inner
-        self.stats = stats
-        self.cpu = cpu
-        self._warned = False
-        self._failing = False
-        self.closed = False  # after shutdown the final report has spoken; stay quiet
-
-    def run(self, count: int, call: Callable[[], Any], success: Any) -> Any:
-        stats = self.stats
-        if stats.refused:  # the backend will never take this signal: switched off
-            stats.not_sent += count
-            return success
-        stats.submitted += count
-        error = None
-        started_cpu = time.thread_time()
-        REFUSALS.take()
-        try:
-            result = call()
-        except Exception as exc:  # an exporter must never take the export thread down
-            result, error = None, exc
-        if self.cpu is not None:
-            self.cpu.exported(started_cpu)
-        refused = REFUSALS.take() if result != success and stats.exporter == "otlp" else ""
-        if refused:
-            self._switch_off(refused, count)
-            return None
-        if result == success:
-            stats.exported += count
-            if self._failing and not self.closed:
-                self._failing = False
-                _log.info(
-                    "telemetry: exporting %s to %s works again", stats.signal, stats.destination
-                )
-            return result
-        stats.failed += count
-        stats.failed_exports += 1
-        self._failing = True
-        if not self._warned and not self.closed:
-            self._warned = True
-            why = f": {type(error).__name__}: {error}" if error else ""
-            _log.warning(
-                "telemetry: exporting %s to %s failed%s. Training continues; further failures "
-                "are counted and reported at shutdown.",
-                stats.signal,
-                stats.destination,
-                why,
-            )
-        return None
-
-    def _switch_off(self, refused: str, count: int) -> None:
-        stats = self.stats
-        stats.refused = refused
-        stats.submitted -= count
-        stats.not_sent += count
-        if self.closed:
-            return
-        fix = {
-            "traces": "send spans to a backend that takes them with "
-            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-            "metrics": "serve metrics to Prometheus instead (telemetry.exporter=...,prometheus), "
-            "or send them elsewhere with OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
-            "logs": "set telemetry.logs_enabled=false, or send logs elsewhere with "
-            "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT",
-        }[stats.signal]
-        _log.warning(
-            "telemetry: %s does not take %s (%s): %s export switched off for this run "
-            "(the rest goes on). To keep them: %s.",
-            stats.destination,
-            stats.signal,
-            refused,
-            stats.signal,
-            fix,
-        )
-
-
-def _needs_redaction(attributes: Any, keys: frozenset[str]) -> bool:
-    return bool(attributes) and any(
-        attributes.get(k, REDACTED) != REDACTED for k in keys.intersection(attributes)
-    )
-
-
-def _redacted(attributes: Any, keys: frozenset[str]) -> dict[str, Any]:
-    return {k: REDACTED if k in keys else v for k, v in attributes.items()}
-
-
-def redact(spans: Sequence[ReadableSpan], keys: frozenset[str]) -> Sequence[ReadableSpan]:
-    """Return ``spans`` with the value of every attribute in ``keys`` replaced by ``[REDACTED]``,
-    on the span and its events, whoever set it. Spans with nothing to redact are passed as is."""
-    if not keys:
-        return spans
-    out = []
-    for s in spans:
-        events = s.events
-        if not _needs_redaction(s.attributes, keys) and not any(
-            _needs_redaction(e.attributes, keys) for e in events
-        ):
-            out.append(s)
-            continue
-        out.append(
-            ReadableSpan(
-                name=s.name,
-                context=s.context,
-                parent=s.parent,
-                resource=s.resource,
-                attributes=_redacted(s.attributes or {}, keys),
-                events=[
-                    Event(e.name, _redacted(e.attributes or {}, keys), e.timestamp) for e in events
-                ],
-                links=s.links,
-                kind=s.kind,
-                status=s.status,
-                start_time=s.start_time,
-                end_time=s.end_time,
-                instrumentation_scope=s.instrumentation_scope,
-            )
-        )
-    return out
-
-
-class GuardedSpanExporter(SpanExporter):
-    def __init__(self, inner: SpanExporter, stats: PipelineStats) -> None:
-        self._guard = _Guard(inner, stats)
-        self.inner = inner
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        spans = redact(spans, runtime.sensitive_keys())
-        result = self._guard.run(
-            len(spans), lambda: self.inner.export(spans), SpanExportResult.SUCCESS
-        )
-        return result if result is not None else SpanExportResult.FAILURE
-
-    def shutdown(self) -> None:
-        self.inner.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return self.inner.force_flush(timeout_millis)
-
-
-class GuardedMetricExporter(MetricExporter):
-    def __init__(self, inner: MetricExporter, stats: PipelineStats) -> None:
-        super().__init__(
-            preferred_temporality=inner._preferred_temporality,
-            preferred_aggregation=inner._preferred_aggregation,
-        )
-        self._guard = _Guard(inner, stats)
-        self.inner = inner
-
-    def export(
-        self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
-    ) -> MetricExportResult:
-        stats = self._guard.stats
-        stats.ended += 1
-        points = _data_points(metrics_data)
-        stats.points_submitted += points
-        result = self._guard.run(
-            1,
-            lambda: self.inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs),
-            MetricExportResult.SUCCESS,
-        )
-        if result is not None:
-            stats.points_exported += points
-        return result if result is not None else MetricExportResult.FAILURE
-
-    def force_flush(self, timeout_millis: float = 10_000) -> bool:
-        return self.inner.force_flush(timeout_millis=timeout_millis)
-
-    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
-        self.inner.shutdown(timeout_millis=timeout_millis)
-
-
-def _data_points(metrics_data: MetricsData) -> int:
-    return sum(
-        len(metric.data.data_points)
-        for rm in metrics_data.resource_metrics
-        for sm in rm.scope_metrics
-        for metric in sm.metrics
-    )
-
-
-class GuardedLogExporter(LogRecordExporter):
-    def __init__(self, inner: LogRecordExporter, stats: PipelineStats) -> None:
-        self._guard = _Guard(inner, stats)
-        self.inner = inner
-
-    def export(self, batch: Sequence[ReadableLogRecord]) -> LogRecordExportResult:
-        result = self._guard.run(
-            len(batch), lambda: self.inner.export(batch), LogRecordExportResult.SUCCESS
-        )
-        return result if result is not None else LogRecordExportResult.FAILURE
-
-    def shutdown(self) -> None:
-        self.inner.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return self.inner.force_flush(timeout_millis)
 
 
 def _queue_warner(stats: PipelineStats, capacity: int, batch: int) -> Callable[[], None]:
@@ -464,7 +259,7 @@ class Built:
     logging_handler: logging.Handler | None
     open_spans: OpenSpans
     exporters: list[Any] = field(default_factory=list)
-    guards: list[_Guard] = field(default_factory=list)
+    guards: list[Guard] = field(default_factory=list)
     cpu: ExportCpu = field(default_factory=ExportCpu)
     prometheus: Any = None  # the /metrics server (spanspec.export.prometheus.PrometheusServer)
 
