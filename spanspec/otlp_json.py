@@ -22,15 +22,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from spanspec.files import walk
 from spanspec.findings import Finding
 
 __all__ = [
+    "TRACE_FILE",
     "SpanRecord",
     "TraceFile",
     "attribute_value",
     "read_spans",
     "read_traces",
+    "trace_files",
 ]
+
+TRACE_FILE = "traces.jsonl"  # what the file exporter writes traces to
 
 # OTLP SpanKind and StatusCode, by number and by protobuf enum name.
 _KINDS = {
@@ -216,8 +221,41 @@ def _span(
     )
 
 
+def trace_files(path: str | os.PathLike[str]) -> tuple[list[Path], list[Finding]]:
+    """The trace files PATH stands for, and what could not be looked into.
+
+    PATH is a file (itself), a folder holding ``traces.jsonl`` (that file), or a folder above
+    (a run folder holds ``telemetry/traces.jsonl``): every ``traces.jsonl`` below it. A folder
+    below that cannot be listed is a ``file.unreadable`` finding; a folder with no trace file at
+    all is a ``file.no_traces`` violation saying how to get one.
+    """
+    p = Path(path)
+    if not p.is_dir():
+        return [p], []
+    if (p / TRACE_FILE).exists():
+        return [p / TRACE_FILE], []
+    files: list[Path] = []
+    findings: list[Finding] = []
+    for found, finding in walk(p, (TRACE_FILE,)):
+        if finding is not None:
+            findings.append(finding)
+        elif found.name == TRACE_FILE:
+            files.append(found)
+    if not files and not findings:
+        findings.append(
+            Finding(
+                "file.no_traces",
+                f"no {TRACE_FILE} in this folder or below it; run with telemetry.exporter=file "
+                "(or auto without an OTLP endpoint) to write one",
+                file=str(p),
+            )
+        )
+    return files, findings
+
+
 def read_traces(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> TraceFile:
-    """Read trace files of OTLP/JSON lines.
+    """Read trace files of OTLP/JSON lines; a folder stands for the files :func:`trace_files`
+    finds in it.
 
     Returns:
         A :class:`TraceFile` with every span that could be read, in file order, and findings:
@@ -228,7 +266,12 @@ def read_traces(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
     if isinstance(paths, str | os.PathLike):
         paths = [paths]
     result = TraceFile()
-    for path in paths:
+    files: list[Path] = []
+    for given in paths:
+        found, problems = trace_files(given)
+        files += found
+        result.findings += problems
+    for path in files:
         name = str(path)
         result.files.append(name)
         try:

@@ -26,14 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from spanspec.breakdown import Breakdown, compute_breakdown
-from spanspec.otlp_json import SpanRecord, read_traces
+from spanspec.otlp_json import TRACE_FILE, SpanRecord, read_traces, trace_files
 from spanspec.spec import Spec
 from spanspec.timeline import lane_of, lanes, pack_tracks
 from spanspec.view import ITERATION_ATTRIBUTE
 
 __all__ = ["ReportError", "find_trace_files", "render_report", "report_data", "write_report"]
 
-TRACE_FILE = "traces.jsonl"
 SLOWEST = 5
 
 
@@ -42,26 +41,18 @@ class ReportError(Exception):
 
 
 def find_trace_files(path: str | os.PathLike[str]) -> list[Path]:
-    """The trace files PATH names: the file itself, ``PATH/traces.jsonl``, or every
-    ``traces.jsonl`` below PATH (a run folder holds ``telemetry/traces.jsonl``).
+    """The trace files PATH names (see :func:`spanspec.otlp_json.trace_files`).
 
     Raises:
-        ReportError: when PATH does not exist or holds no trace file.
+        ReportError: when PATH does not exist, holds no trace file, or cannot be looked into.
     """
     p = Path(path)
-    if p.is_file():
-        return [p]
     if not p.exists():
         raise ReportError(f"{p}: no such file or folder (expected a {TRACE_FILE} or a run folder)")
-    if (p / TRACE_FILE).is_file():
-        return [p / TRACE_FILE]
-    found = sorted(p.rglob(TRACE_FILE))
-    if not found:
-        raise ReportError(
-            f"{p}: no {TRACE_FILE} in this folder or below it; run with telemetry.exporter=file "
-            "(or auto without an OTLP endpoint) to write one"
-        )
-    return found
+    files, problems = trace_files(p)
+    if problems:
+        raise ReportError(str(problems[0]))
+    return files
 
 
 def _run_ids(spans: Sequence[SpanRecord]) -> list[str]:

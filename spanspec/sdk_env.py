@@ -64,11 +64,45 @@ def _endpoint_problem(var: str, value: str) -> str | None:
     )
 
 
+def _protocols_reading(var: str, env: Mapping[str, str]) -> set[str]:
+    """The protocols of the signals that read the endpoint variable ``var``."""
+    signal = var.removeprefix("OTEL_EXPORTER_OTLP_").removesuffix("ENDPOINT").rstrip("_")
+    signals = [signal] if signal else list(_SIGNALS)
+    general = env.get("OTEL_EXPORTER_OTLP_PROTOCOL", "").strip().lower()
+    return {
+        env.get(f"OTEL_EXPORTER_OTLP_{s}_PROTOCOL", "").strip().lower() or general or "grpc"
+        for s in signals
+    }
+
+
+def _headers_problem(var: str, value: str) -> str | None:
+    # The SDK skips a malformed pair with a log line, so a missing auth header would surface only
+    # as the backend's 401. Values are never quoted: headers carry credentials.
+    for index, item in enumerate(value.split(","), start=1):
+        key, eq, _ = item.partition("=")
+        if item.strip() and not (eq and key.strip()):
+            return (
+                f"{var} (value not shown: headers may hold credentials): item {index} is not "
+                "key=value; expected comma-separated key=value pairs, values URL-encoded, such "
+                "as api-key=abc123,x-team=rl"
+            )
+    return None
+
+
+def _file_problem(var: str, value: str) -> str | None:
+    try:
+        with open(value.strip(), "rb"):
+            return None
+    except OSError as exc:
+        return f"{var}={value!r}: cannot read the file ({exc.strerror}); expected a PEM file"
+
+
 def otel_env_problems(env: Mapping[str, str], exporters: Iterable[str]) -> list[str]:
     """Return one line per malformed OpenTelemetry SDK variable that these ``exporters`` would read.
 
     Checked: the batch, metric-reader and limit integers (``OTEL_BSP_MAX_QUEUE_SIZE``...) and,
-    with ``otlp``, every ``OTEL_EXPORTER_OTLP_[SIGNAL_]{ENDPOINT,PROTOCOL,TIMEOUT,COMPRESSION}``.
+    with ``otlp``, every ``OTEL_EXPORTER_OTLP_[SIGNAL_]{ENDPOINT,PROTOCOL,TIMEOUT,COMPRESSION,
+    HEADERS,INSECURE,CERTIFICATE,CLIENT_KEY,CLIENT_CERTIFICATE}``.
     """
     problems = []
     for var in _SDK_INT_VARS:
@@ -82,6 +116,11 @@ def otel_env_problems(env: Mapping[str, str], exporters: Iterable[str]) -> list[
         problem = _endpoint_problem(var, env[var]) if text else None
         if problem:
             problems.append(problem)
+        elif text and "://" not in text and "http/protobuf" in _protocols_reading(var, env):
+            problems.append(
+                f"{var}={env[var]!r}: over http/protobuf the endpoint needs its scheme, such as "
+                f"http://{text}"
+            )
     for var in _otlp_vars("PROTOCOL"):
         text = env.get(var, "").strip()
         if text and text.lower() not in _PROTOCOLS:
@@ -103,4 +142,17 @@ def otel_env_problems(env: Mapping[str, str], exporters: Iterable[str]) -> list[
         text = env.get(var, "").strip()
         if text and text.lower() not in _COMPRESSIONS:
             problems.append(f"{var}={env[var]!r}: expected one of: {', '.join(_COMPRESSIONS)}")
+    for var in _otlp_vars("HEADERS"):
+        problem = _headers_problem(var, env[var]) if env.get(var, "").strip() else None
+        if problem:
+            problems.append(problem)
+    for var in _otlp_vars("INSECURE"):
+        text = env.get(var, "").strip()
+        if text and text.lower() not in ("true", "false"):
+            problems.append(f"{var}={env[var]!r}: expected true or false")
+    for name in ("CERTIFICATE", "CLIENT_KEY", "CLIENT_CERTIFICATE"):
+        for var in _otlp_vars(name):
+            problem = _file_problem(var, env[var]) if env.get(var, "").strip() else None
+            if problem:
+                problems.append(problem)
     return problems

@@ -410,6 +410,19 @@ def load_settings(
                 label = f"{mapping_name}.{key}" if where == "config" else f"default {key}"
                 problems.append(f"{label}: unknown setting{did_you_mean(key, _BY_NAME)}")
 
+    if prefix:  # a misspelt variable would otherwise do nothing at all
+        known = {spec.env_name(prefix) for spec in FIELDS}
+        for var in sorted(env):
+            if var.startswith(prefix) and var not in known and env[var].strip():
+                names = [spec.name.upper() for spec in FIELDS]
+                near = closest(var.removeprefix(prefix), names)
+                hint = (
+                    f" (did you mean '{prefix}{near}'?)"
+                    if near
+                    else f"; expected {prefix}<NAME>, NAME one of {', '.join(names)}"
+                )
+                problems.append(f"{var}: unknown variable{hint}")
+
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
     for spec in FIELDS:

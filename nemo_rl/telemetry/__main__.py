@@ -13,6 +13,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -43,6 +44,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     show.add_argument("overrides", nargs="*", help="config overrides, e.g. telemetry.exporter=otlp")
     show.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
+    if args.config is not None and "=" in args.config and not Path(args.config).exists():
+        # `settings telemetry.exporter=otlp`: overrides of the env and defaults, no config file
+        args.overrides, args.config = [args.config, *args.overrides], None
 
     try:
         config: Any = read_config(args.config, args.overrides)

@@ -21,6 +21,7 @@ import logging
 import os
 import secrets
 import sys
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -238,8 +239,14 @@ def _unwritable(folder: Path) -> str | None:
         probe = probe.parent
     if not probe.is_dir():
         return f"{probe} is a file, not a folder"
-    if not os.access(probe, os.W_OK | os.X_OK):
+    if probe == folder and not os.access(probe, os.W_OK | os.X_OK):
         return f"cannot write in {probe} (permission denied or read-only file system)"
+    if probe != folder:
+        # Permission bits do not tell (root, /proc, a read-only mount): try, and take it back.
+        try:
+            os.rmdir(tempfile.mkdtemp(prefix=".spanspec-probe-", dir=probe))
+        except OSError as exc:
+            return f"cannot create a folder in {probe} ({exc.strerror})"
     return None
 
 

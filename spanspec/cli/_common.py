@@ -156,8 +156,3 @@ def _write_atomically(target: Path, text: str) -> None:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
         raise
-
-
-def trace_files(paths: Sequence[str]) -> list[str]:
-    """A folder stands for its ``traces.jsonl``."""
-    return [str(Path(p) / "traces.jsonl") if Path(p).is_dir() else p for p in paths]

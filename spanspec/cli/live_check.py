@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from spanspec.checking import display
-from spanspec.cli._common import UsageError, add_common_options, emit, require_spec, trace_files
+from spanspec.cli._common import UsageError, add_common_options, emit, require_spec
 from spanspec.findings import SpecError, did_you_mean
 from spanspec.spec import Spec
 
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
             spec.resolve(args.groups)
         except SpecError as exc:
             raise UsageError(f"--groups {args.groups!r}: {exc.findings[0].message}") from None
-    files = [display(p) if Path(p).exists() else p for p in trace_files(args.files)]
+    files = [display(p) if Path(p).exists() else p for p in args.files]
     read = read_traces(files)
     report = live_check(
         spec, read.spans, groups=args.groups, require_coverage=required, all_scopes=args.all_scopes

@@ -7,7 +7,7 @@ import argparse
 import sys
 from typing import Any
 
-from spanspec.cli._common import UsageError, trace_files
+from spanspec.cli._common import UsageError
 
 
 def add(commands: Any) -> None:
@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from spanspec.otlp_json import read_traces
     from spanspec.view import render_waterfall, select_trace, traces
 
-    read = read_traces(trace_files([args.file]))
+    read = read_traces(args.file)
     for f in read.findings:
         if f.level != "information" or f.id == "otlp.truncated_line":
             print(f, file=sys.stderr)

@@ -1,10 +1,18 @@
 """The wrappers around every exporter: counting, warn-once on failure, switching off a signal
-the backend refuses, and redaction of sensitive attributes at export (factored out of
-:mod:`spanspec.export._pipeline`, which assembles the SDK parts around them)."""
+the backend refuses, and what every exported item is made to say on its way out (factored out of
+:mod:`spanspec.export._pipeline`, which assembles the SDK parts around them).
+
+On the way out, whoever set a value and whichever signal carries it: every attribute the
+registry declares sensitive reads ``[REDACTED]`` (span, event, log-record and resource
+attributes alike), and ``process.pid`` on the resource is the exporting process's own (a forked
+child inherits its parent's resource object, in the tracer, the meter and the logger provider)."""
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -19,6 +27,7 @@ from opentelemetry.sdk.metrics.export import (
     MetricExportResult,
     MetricsData,
 )
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.trace.export import (
     SpanExporter,
@@ -125,16 +134,44 @@ def _redacted(attributes: Any, keys: frozenset[str]) -> dict[str, Any]:
     return {k: REDACTED if k in keys else v for k, v in attributes.items()}
 
 
+# The last resource seen and what it is exported as, per (resource, pid, keys): a process has
+# one or two resources, so this is one dict lookup per batch item.
+_exported_resources: dict[tuple[int, int, int], tuple[Resource, Resource]] = {}
+
+
+def exported_resource(resource: Resource, keys: frozenset[str]) -> Resource:
+    """``resource`` as this process exports it: sensitive values redacted, its own ``process.pid``."""
+    pid = os.getpid()
+    key = (id(resource), pid, id(keys))
+    hit = _exported_resources.get(key)
+    if hit is not None and hit[0] is resource:
+        return hit[1]
+    attributes = resource.attributes
+    wrong_pid = "process.pid" in attributes and attributes["process.pid"] != pid
+    out = resource
+    if wrong_pid or _needs_redaction(attributes, keys):
+        fixed = _redacted(attributes, keys)
+        if wrong_pid:
+            fixed["process.pid"] = pid
+        out = Resource(fixed, resource.schema_url)
+    if len(_exported_resources) > 64:  # resources are few; never grow without bound
+        _exported_resources.clear()
+    _exported_resources[key] = (resource, out)
+    return out
+
+
 def redact(spans: Sequence[ReadableSpan], keys: frozenset[str]) -> Sequence[ReadableSpan]:
-    """Return ``spans`` with the value of every attribute in ``keys`` replaced by ``[REDACTED]``,
-    on the span and its events, whoever set it. Spans with nothing to redact are passed as is."""
-    if not keys:
-        return spans
+    """Return ``spans`` as exported: the value of every attribute in ``keys`` replaced by
+    ``[REDACTED]`` on the span, its events and its resource, whoever set it, and the resource's
+    ``process.pid`` this process's own. Spans with nothing to change are passed as is."""
     out = []
     for s in spans:
         events = s.events
-        if not _needs_redaction(s.attributes, keys) and not any(
-            _needs_redaction(e.attributes, keys) for e in events
+        resource = exported_resource(s.resource, keys)
+        if (
+            resource is s.resource
+            and not _needs_redaction(s.attributes, keys)
+            and not any(_needs_redaction(e.attributes, keys) for e in events)
         ):
             out.append(s)
             continue
@@ -143,7 +180,7 @@ def redact(spans: Sequence[ReadableSpan], keys: frozenset[str]) -> Sequence[Read
                 name=s.name,
                 context=s.context,
                 parent=s.parent,
-                resource=s.resource,
+                resource=resource,
                 attributes=_redacted(s.attributes or {}, keys),
                 events=[
                     Event(e.name, _redacted(e.attributes or {}, keys), e.timestamp) for e in events
@@ -156,6 +193,42 @@ def redact(spans: Sequence[ReadableSpan], keys: frozenset[str]) -> Sequence[Read
                 instrumentation_scope=s.instrumentation_scope,
             )
         )
+    return out
+
+
+def redact_metrics(data: MetricsData, keys: frozenset[str]) -> MetricsData:
+    """Return ``data`` with each resource as exported (see :func:`exported_resource`).
+
+    Data-point attributes come only from instruments the registry declares, and the registry
+    cannot declare a metric attribute sensitive; the resource is what a user can reach
+    (``OTEL_RESOURCE_ATTRIBUTES``)."""
+    changed = False
+    resource_metrics = []
+    for rm in data.resource_metrics:
+        resource = exported_resource(rm.resource, keys)
+        if resource is not rm.resource:
+            changed = True
+            rm = dataclasses.replace(rm, resource=resource)
+        resource_metrics.append(rm)
+    return MetricsData(resource_metrics=resource_metrics) if changed else data
+
+
+def redact_logs(
+    batch: Sequence[ReadableLogRecord], keys: frozenset[str]
+) -> Sequence[ReadableLogRecord]:
+    """Return ``batch`` with sensitive log-record attributes (``extra={...}`` of a log call)
+    redacted and each resource as exported (see :func:`exported_resource`)."""
+    out = []
+    for record in batch:
+        resource = exported_resource(record.resource, keys)
+        attributes = record.log_record.attributes
+        if _needs_redaction(attributes, keys):
+            log_record = copy.copy(record.log_record)
+            log_record.attributes = _redacted(attributes, keys)
+            record = dataclasses.replace(record, log_record=log_record, resource=resource)
+        elif resource is not record.resource:
+            record = dataclasses.replace(record, resource=resource)
+        out.append(record)
     return out
 
 
@@ -192,6 +265,7 @@ class GuardedMetricExporter(MetricExporter):
     ) -> MetricExportResult:
         stats = self._guard.stats
         stats.ended += 1
+        metrics_data = redact_metrics(metrics_data, runtime.sensitive_keys())
         points = _data_points(metrics_data)
         stats.points_submitted += points
         result = self._guard.run(
@@ -225,6 +299,7 @@ class GuardedLogExporter(LogRecordExporter):
         self.inner = inner
 
     def export(self, batch: Sequence[ReadableLogRecord]) -> LogRecordExportResult:
+        batch = redact_logs(batch, runtime.sensitive_keys())
         result = self._guard.run(
             len(batch), lambda: self.inner.export(batch), LogRecordExportResult.SUCCESS
         )

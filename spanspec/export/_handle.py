@@ -278,39 +278,15 @@ class TelemetryHandle:
 
 
 def _zero_after_fork(ref: weakref.ref[TelemetryHandle]) -> None:
-    """In a forked child, count from zero (the SDK dropped the parent's queue, nothing was lost)
-    and export as the child: ``process.pid`` of the resource becomes the child's own."""
+    """In a forked child, count from zero: the SDK dropped the parent's queue, nothing was lost.
+    (The child exports as itself: the exporters set ``process.pid``, see ``_guards``.)"""
     handle = ref()
-    if handle is not None:
-        handle._cpu.reset()
-    for stats in handle.pipelines if handle is not None else ():
+    if handle is None:
+        return
+    handle._cpu.reset()
+    for stats in handle.pipelines:
         stats.ended = stats.submitted = stats.exported = stats.failed = stats.failed_exports = 0
         stats.points_submitted = stats.points_exported = 0
-    if handle is not None and handle.resource is not None:
-        try:
-            _own_pid(handle)
-        except Exception:  # never into the fork
-            _log.debug("telemetry: could not set the child's process.pid", exc_info=True)
-
-
-def _own_pid(handle: TelemetryHandle) -> None:
-    from opentelemetry.sdk.resources import Resource
-
-    from spanspec import runtime
-
-    def with_pid(resource: Resource) -> Resource:
-        return resource.merge(Resource({"process.pid": os.getpid()}, resource.schema_url))
-
-    handle.resource = with_pid(handle.resource)
-    # The SDK copies the provider's resource into each tracer it makes, and each span takes it
-    # from its tracer: replace it in the provider and in the tracer spanspec holds.
-    provider = handle.tracer_provider
-    if isinstance(getattr(provider, "_resource", None), Resource):
-        provider._resource = with_pid(provider._resource)
-    tracer = runtime.active_tracer()
-    processor = getattr(provider, "_active_span_processor", None)
-    if tracer is not None and getattr(tracer, "span_processor", None) is processor:
-        tracer.resource = with_pid(tracer.resource)
 
 
 def _run_bounded(tasks: list[Any], timeout_s: float) -> bool:

@@ -48,6 +48,17 @@ def start(base_port: int, tries: int = PORTS_TRIED) -> PrometheusServer:
     from opentelemetry.exporter.prometheus import PrometheusMetricReader
     from prometheus_client import CollectorRegistry, start_http_server
 
+    from spanspec import runtime
+    from spanspec.export._guards import redact_metrics
+
+    class RedactingReader(PrometheusMetricReader):
+        """Serves ``target_info`` with sensitive resource values redacted, as every exporter."""
+
+        def _receive_metrics(self, metrics_data: Any, *args: Any, **kwargs: Any) -> None:
+            if metrics_data is not None:
+                metrics_data = redact_metrics(metrics_data, runtime.sensitive_keys())
+            super()._receive_metrics(metrics_data, *args, **kwargs)
+
     registry = CollectorRegistry(auto_describe=True)  # one per process, not the global one
     last: OSError | None = None
     for port in range(base_port, base_port + tries):
@@ -56,7 +67,7 @@ def start(base_port: int, tries: int = PORTS_TRIED) -> PrometheusServer:
         except OSError as exc:
             last = exc
             continue
-        return PrometheusServer(PrometheusMetricReader(registry=registry), server, thread, port)
+        return PrometheusServer(RedactingReader(registry=registry), server, thread, port)
     raise SettingsError(
         [
             f"prometheus_port={base_port}: no free port among {base_port}-{base_port + tries - 1} "

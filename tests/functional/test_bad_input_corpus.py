@@ -294,6 +294,45 @@ CONFIGS = [
         {"OTEL_EXPORTER_OTLP_TIMEOUT": "soon"},
         ["OTEL_EXPORTER_OTLP_TIMEOUT='soon'"],
     ),
+    (
+        None,
+        None,
+        ["telemetry.exporter=otlp"],
+        {"OTEL_EXPORTER_OTLP_TRACES_HEADERS": "api-key=k,sekrit-token"},
+        ["OTEL_EXPORTER_OTLP_TRACES_HEADERS (value not shown", "item 2 is not key=value"],
+    ),
+    (
+        None,
+        None,
+        ["telemetry.exporter=otlp"],
+        {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4318",
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+        },
+        ["OTEL_EXPORTER_OTLP_ENDPOINT='collector:4318'", "http://collector:4318"],
+    ),
+    (
+        None,
+        None,
+        ["telemetry.exporter=otlp"],
+        {"OTEL_EXPORTER_OTLP_CERTIFICATE": "/nonexistent/ca.pem"},
+        ["OTEL_EXPORTER_OTLP_CERTIFICATE='/nonexistent/ca.pem'", "cannot read the file"],
+    ),
+    (
+        None,
+        None,
+        ["telemetry.exporter=otlp"],
+        {"OTEL_EXPORTER_OTLP_METRICS_INSECURE": "yes"},
+        ["OTEL_EXPORTER_OTLP_METRICS_INSECURE='yes'", "true or false"],
+    ),
+    (
+        None,
+        None,
+        [],
+        {"NEMO_RL_OTEL_SPAN_GROUP": "all"},
+        ["NEMO_RL_OTEL_SPAN_GROUP: unknown variable", "did you mean 'NEMO_RL_OTEL_SPAN_GROUPS'"],
+    ),
+    (None, None, ["telemetry.file_dir=/proc/telemetry"], {}, ["file_dir", "cannot create"]),
 ]
 CONFIG_IDS = [c[0] or "+".join(c[2] + [f"{k}={v}" for k, v in c[3].items()]) for c in CONFIGS]
 
@@ -346,6 +385,23 @@ def test_run_grpo_refuses_in_one_line_before_starting(tmp_path, _case, text, ove
     assert r.returncode == 2, r.stdout + r.stderr
     _one_error_line(r, words)
     assert not (tmp_path / "run").exists()  # refused before anything was written
+
+
+def test_settings_takes_overrides_without_a_config_file(tmp_path):
+    r = _run([*TELEMETRY, "telemetry.span_groups=per_stepp"], tmp_path)
+    assert r.returncode == 2, r.stdout + r.stderr
+    _one_error_line(r, ["telemetry.span_groups", "per_step"])
+    r = _run([*TELEMETRY, "telemetry.exporter=console"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "config telemetry.exporter" in r.stdout
+
+
+def test_a_bad_header_is_named_without_quoting_it(tmp_path):
+    env = {"OTEL_EXPORTER_OTLP_HEADERS": "authorization=Bearer%20x,sekrit-token-1"}
+    r = _run([*TELEMETRY, "telemetry.exporter=otlp"], tmp_path, env)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "OTEL_EXPORTER_OTLP_HEADERS" in r.stderr
+    assert "sekrit-token-1" not in r.stdout + r.stderr and "Bearer" not in r.stdout + r.stderr
 
 
 def test_settings_shows_user_id_redacted(tmp_path):

@@ -269,7 +269,9 @@ FORK = textwrap.dedent(
     import spanspec
     from spanspec import export
     from spanspec.settings import load_settings
-    h = export.setup(load_settings({"file_dir": sys.argv[1], "metrics_enabled": False}, env={}))
+    import logging
+    h = export.setup(load_settings({"file_dir": sys.argv[1], "logs_enabled": True}, env={}))
+    counter = h.meter_provider.get_meter("fork.test").create_counter("fork.test.count")
     spanspec.activate(spanspec.load(), "all", tracer_provider=h.tracer_provider, env_var=None)
     for i in range(3):  # queued in the parent, not yet exported
         with spanspec.span("rl.worker.train_microbatch", **{"rl.micro_batch": i}):
@@ -280,10 +282,14 @@ FORK = textwrap.dedent(
     if pid == 0:
         with spanspec.span("rl.worker.train_microbatch", **{"rl.micro_batch": 100}):
             pass
+        counter.add(1, {"who": "child"})
+        logging.getLogger("fork.test").warning("from the child")
         stats = h.shutdown(5)
         print("child", stats.spans_ended, stats.spans_exported, stats.truncated, flush=True)
         os._exit(0)
     os.waitpid(pid, 0)
+    counter.add(1, {"who": "parent"})
+    logging.getLogger("fork.test").warning("from the parent")
     outer.__exit__(None, None, None)
     stats = h.shutdown(5)
     print("parent", stats.spans_ended, stats.spans_exported, stats.truncated, flush=True)
@@ -316,3 +322,25 @@ def test_a_forked_child_does_not_re_export_its_parents_spans(tmp_path):
                 for s in ss["spans"]:
                     pids[attrs(s).get("rl.micro_batch", -1)] = pid
     assert pids[100] != pids[0] and pids[0] == pids[-1]
+    # metrics and logs too: the child's points and records carry the child's pid
+    metric_pids = {}
+    for line in (tmp_path / "metrics.jsonl").read_text().splitlines():
+        for rm in json.loads(line)["resourceMetrics"]:
+            for sm in rm["scopeMetrics"]:
+                for m in sm["metrics"]:
+                    if m["name"] == "fork.test.count":
+                        for point in m["sum"]["dataPoints"]:
+                            who = attrs(point)["who"]
+                            metric_pids.setdefault(who, set()).add(
+                                attrs(rm["resource"])["process.pid"]
+                            )
+    assert metric_pids == {"child": {pids[100]}, "parent": {pids[0]}}
+    log_pids = {}
+    for line in (tmp_path / "logs.jsonl").read_text().splitlines():
+        for rl in json.loads(line)["resourceLogs"]:
+            for sl in rl["scopeLogs"]:
+                for record in sl["logRecords"]:
+                    body = record["body"].get("stringValue", "")
+                    log_pids[body] = attrs(rl["resource"])["process.pid"]
+    assert log_pids["from the child"] == pids[100]
+    assert log_pids["from the parent"] == pids[0]

@@ -1,10 +1,11 @@
 """No sensitive value in clear, anywhere: values planted in every attribute the registry declares
 sensitive, by every route, then every exported file and every captured log line is searched.
 
-Routes: ``span()`` keywords, ``set_attribute`` and ``set_attributes`` on the span it returns, a
-value of the wrong type (dropped, and the warning must not quote it), strict mode (the error
-must not quote it), logs exported to ``logs.jsonl``, and the settings table logged at start-up
-(``user_id``). The process runs apart so its logging, env and telemetry are its own.
+Routes: ``span()`` keywords, ``set_attribute`` and ``set_attributes`` on the span it returns, an
+event's attributes, a value of the wrong type (dropped, and the warning must not quote it),
+strict mode (the error must not quote it), a log call's ``extra=`` attributes exported to
+``logs.jsonl``, ``OTEL_RESOURCE_ATTRIBUTES`` (on every signal's resource, and Prometheus's
+``target_info``), and the settings table logged at start-up (``user_id``). The process runs apart so its logging, env and telemetry are its own.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from tests.otlp_receiver import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 SECRETS = {
     "user_id": "sekrit-user-0001",
@@ -26,11 +29,13 @@ SECRETS = {
     "strict": "sekrit-strict-0006",
     "prompt": "sekrit-prompt-0007",
     "event": "sekrit-event-0008",
+    "log_attribute": "sekrit-logattr-0009",
+    "resource": "sekrit-resource-0010",
 }
 
 CHILD = textwrap.dedent(
     """
-    import json, logging, sys
+    import json, logging, sys, urllib.request
     import spanspec
     from nemo_rl.telemetry import init_telemetry_driver, shutdown_telemetry
 
@@ -38,9 +43,18 @@ CHILD = textwrap.dedent(
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
     config = {
         "logger": {"log_dir": sys.argv[1]},
-        "telemetry": {"exporter": "file,console", "span_groups": "all", "logs_enabled": True},
+        "telemetry": {
+            "exporter": "file,console,prometheus",
+            "prometheus_port": int(sys.argv[3]),
+            "span_groups": "all",
+            "logs_enabled": True,
+        },
     }
-    init_telemetry_driver(config, "grpo")  # logs the settings table (user_id from the env)
+    handle = init_telemetry_driver(config, "grpo")  # logs the settings table (user_id: env)
+    handle.meter_provider.get_meter("user.code").create_counter("user.count").add(1)
+    (url,) = [p.destination for p in handle.pipelines if p.exporter == "prometheus"]
+    with urllib.request.urlopen(url) as page:
+        print("PROMETHEUS", page.read().decode())
     job = {"rl.algorithm": "grpo", "enduser.id": S["kwarg"]}
     with spanspec.span("rl.grpo.job", **job) as s:
         s.set_attribute("enduser.id", S["set_attribute"])
@@ -52,6 +66,7 @@ CHILD = textwrap.dedent(
     with spanspec.span("rl.vllm.generate_text", **{"gen_ai.system": "vllm"}) as s:
         s.set_attribute("gen_ai.prompt", [S["prompt"], "2+2="])
     logging.getLogger("user.code").warning("a plain log line")
+    logging.getLogger("user.code").warning("who", extra={"enduser.id": S["log_attribute"]})
     spanspec.activate(spanspec.load(), "all", strict=True, env_var=None)
     try:
         with spanspec.span("rl.grpo.job", **{"rl.algorithm": "grpo", "enduser.id": 7.5}):
@@ -76,8 +91,9 @@ def test_no_sensitive_value_reaches_any_file_or_log(tmp_path):
     }
     env["NEMO_RL_OTEL_USER_ID"] = SECRETS["user_id"]
     env["OTEL_BLRP_SCHEDULE_DELAY"] = "50"
+    env["OTEL_RESOURCE_ATTRIBUTES"] = f"team=rl,enduser.id={SECRETS['resource']}"
     r = subprocess.run(
-        [sys.executable, "-c", CHILD, str(tmp_path), json.dumps(SECRETS)],
+        [sys.executable, "-c", CHILD, str(tmp_path), json.dumps(SECRETS), str(free_port())],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -98,3 +114,8 @@ def test_no_sensitive_value_reaches_any_file_or_log(tmp_path):
     logs = everything["logs.jsonl"]
     assert "a plain log line" in logs and "strict:" in logs and "user_id" in logs
     assert "must be" in r.stderr  # the wrong-type warning, without the value
+    assert logs.count('"enduser.id"') >= 2  # the log call's attribute and the resource's
+    metrics = everything["metrics.jsonl"]
+    assert '"team"' in metrics and '"enduser.id"' in metrics and "[REDACTED]" in metrics
+    prometheus = r.stdout.split("PROMETHEUS", 1)[1]
+    assert "target_info{" in prometheus and 'enduser_id="[REDACTED]"' in prometheus
