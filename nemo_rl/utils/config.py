@@ -67,7 +67,11 @@ def read_config(path: str | None, overrides: Sequence[str]) -> dict[str, Any]:
 
 def _read_yaml(path: str) -> Any:
     if not os.path.isfile(path):
-        raise ConfigError([f"{path}: no such config file (expected the path of a YAML run config, such as examples/configs/grpo_tiny.yaml)"])
+        raise ConfigError(
+            [
+                f"{path}: no such config file (expected the path of a YAML run config, such as examples/configs/grpo_tiny.yaml)"
+            ]
+        )
     try:
         # spanspec's reader: file:line:col for syntax errors, tabs and control characters named,
         # duplicate keys refused, and aliases that would expand without end stopped.
