@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+import spanspec
+
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,6 +35,7 @@ PAGES = [
     GUIDE / "watchdog.md",
     GUIDE / "vllm.md",
     GUIDE / "extending.md",
+    GUIDE / "nemo-lens.md",
     ROOT / "nemo_rl" / "telemetry" / "README.md",
 ]
 FENCE = re.compile(r"^```(\w+)\n(.*?)^```", re.S | re.M)
@@ -50,6 +53,34 @@ def commands(page: Path) -> list[str]:
         elif language == "console":
             out += [line[2:].strip() for line in body.splitlines() if line.startswith("$ ")]
     return [c for c in out if c and not c.startswith(("#", "python bench/"))]
+
+
+def ours_column_names(page: Path) -> list[str]:
+    """The backticked ``rl.*`` / ``gen_ai.*`` names in the "ours" column of every table of a page."""
+    names: list[str] = []
+    column = None
+    for line in page.read_text(encoding="utf-8").splitlines():
+        if not line.startswith("|"):
+            column = None
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if column is None:
+            column = cells.index("ours") if "ours" in cells else -1
+        elif column >= 0 and not set(cells[0]) <= set("-: "):
+            names += re.findall(r"`((?:rl|gen_ai)\.[\w.]+)`", cells[column])
+    return names
+
+
+def test_the_nemo_lens_page_names_only_what_we_emit():
+    """Every name of ours that the nemo-lens page maps to is declared in the registry, or is a
+    resource attribute the telemetry lifecycle writes."""
+    spec = spanspec.load()
+    declared = set(spec.spans) | set(spec.metrics) | set(spec.attributes)
+    lifecycle = (ROOT / "nemo_rl" / "telemetry" / "lifecycle.py").read_text(encoding="utf-8")
+    names = ours_column_names(GUIDE / "nemo-lens.md")
+    assert len(names) > 40
+    unknown = [n for n in names if n not in declared and f'"{n}"' not in lifecycle]
+    assert not unknown, f"docs/observability/nemo-lens.md names what we do not emit: {unknown}"
 
 
 def test_the_guide_names_its_pages_and_has_commands():
