@@ -165,9 +165,12 @@ def redact(spans: Sequence[ReadableSpan], keys: frozenset[str]) -> Sequence[Read
     ``[REDACTED]`` on the span, its events and its resource, whoever set it, and the resource's
     ``process.pid`` this process's own. Spans with nothing to change are passed as is."""
     out = []
+    given = fixed = None  # a batch's spans share one resource object: look it up once
     for s in spans:
         events = s.events
-        resource = exported_resource(s.resource, keys)
+        if s.resource is not given:
+            given, fixed = s.resource, exported_resource(s.resource, keys)
+        resource = fixed
         if (
             resource is s.resource
             and not _needs_redaction(s.attributes, keys)
