@@ -1,7 +1,8 @@
 """scripts/observability_stack.sh as a user runs it: `up` starts Phoenix, Prometheus and rotel on
 127.0.0.1; a GRPO run sent to rotel arrives in Phoenix whole (read back with Phoenix's own client:
 the same span count and ids as the run's traces.jsonl, the run's project, a step found by its
-iteration) and its metrics in Prometheus; `down` stops everything it started.
+iteration) and its metrics in Prometheus; `restart phoenix` in the middle of a run sent through
+rotel loses nothing, and keeps the earlier runs' traces; `down` stops everything it started.
 
 Needs the stack's venv (``bash scripts/observability_stack.sh install``, which scripts/test.sh
 runs as root) and Debian's prometheus; skipped without them.
@@ -9,23 +10,24 @@ runs as root) and Debian's prometheus; skipped without them.
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from spanspec.otlp_json import read_spans
-from tests.backends import prometheus_series, run_env
+from tests.backends import (
+    STACK_VENV,
+    grpo_command,
+    prometheus_series,
+    run_env,
+    wait_for_phoenix,
+)
 from tests.otlp_receiver import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-STACK_VENV = Path(os.environ.get("STACK_VENV", ROOT / ".stack" / "venv"))
-STACK_PYTHON = STACK_VENV / "bin" / "python"
 pytestmark = [
     pytest.mark.ray,
     pytest.mark.slow,
@@ -36,19 +38,8 @@ pytestmark = [
 ]
 STEPS = 3
 PROJECT = "stack-test-run"
-
-
-def phoenix(port: int, project: str, iteration: int | None = None) -> dict:
-    args = [str(STACK_PYTHON), "tests/phoenix_query.py", f"http://127.0.0.1:{port}", project]
-    done = subprocess.run(
-        [*args, *([str(iteration)] if iteration is not None else [])],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout)
+RESTART_STEPS = 15  # ~6 s of steps on an idle machine: Phoenix is stopped after the first ones
+RESTART_PROJECT = "stack-restart-run"
 
 
 @pytest.fixture(scope="module")
@@ -84,29 +75,27 @@ def stack(tmp_path_factory):
             assert not (folder / f"{name}.pid").exists()
 
 
+def through_rotel(ports: dict[str, int]) -> dict[str, str]:
+    """A run's environment with the settings `up` prints: spans to rotel, metrics to Prometheus."""
+    return run_env(
+        OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{ports['ROTEL_GRPC_PORT']}",
+        NEMO_RL_OTEL_EXPORTER="otlp,prometheus,file",
+        NEMO_RL_OTEL_PROMETHEUS_PORT=str(ports["METRICS_PORT"]),
+    )
+
+
 @pytest.fixture(scope="module")
 def run(stack, tmp_path_factory):
     ports, *_ = stack
     log_dir = tmp_path_factory.mktemp("run")
-    env = {
-        **run_env(),
-        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{ports['ROTEL_GRPC_PORT']}",
-        "NEMO_RL_OTEL_EXPORTER": "otlp,prometheus,file",
-        "NEMO_RL_OTEL_PROMETHEUS_PORT": str(ports["METRICS_PORT"]),
-    }
-    cmd = [
-        sys.executable,
-        "examples/run_grpo.py",
-        f"logger.log_dir={log_dir}",
-        "logger.tqdm=false",
-        f"grpo.max_steps={STEPS}",
-        "grpo.num_prompts_per_step=4",
-        "grpo.val_period=0",
-        "checkpointing.enabled=false",
-        "telemetry.span_groups=per_step",
-        f"telemetry.project={PROJECT}",
-    ]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
+    proc = subprocess.run(
+        grpo_command(log_dir, STEPS, PROJECT),
+        cwd=ROOT,
+        env=through_rotel(ports),
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return log_dir, proc
 
@@ -122,12 +111,7 @@ def test_the_run_arrives_in_phoenix_whole_under_its_project(stack, run):
     ports, *_ = stack
     log_dir, _ = run
     file_spans = read_spans(log_dir / "telemetry" / "traces.jsonl")
-    deadline = time.monotonic() + 60
-    while True:  # rotel batches; Phoenix writes asynchronously
-        got = phoenix(ports["PHOENIX_PORT"], PROJECT, iteration=1)
-        if len(got["spans"]) >= len(file_spans) or time.monotonic() > deadline:
-            break
-        time.sleep(1)
+    got = wait_for_phoenix(ports["PHOENIX_PORT"], PROJECT, len(file_spans), iteration=1)
     assert PROJECT in got["projects"]
     assert len(got["spans"]) == len(file_spans)
     assert {s["span_id"] for s in got["spans"]} == {s.span_id for s in file_spans}
@@ -147,3 +131,50 @@ def test_the_runs_metrics_are_in_prometheus(stack, run):
         time.sleep(1)
     names = {r["metric"]["__name__"] for r in found}
     assert {"rl_policy_loss", "rl_reward_mean", "rl_grad_norm"} <= names, sorted(names)
+
+
+def test_a_phoenix_restarted_mid_run_loses_nothing_through_rotel(stack, run, tmp_path):
+    """`restart phoenix` (stop, start on the same ports and data folder) once a run sent through
+    rotel has exported its first spans: rotel holds the rest while Phoenix is away and delivers
+    them once it is back, so Phoenix ends with every span of the file; the earlier run's traces
+    survive the restart. (bench/bench_backend_restart.py measures the same with a crash, and the
+    spans lost sending straight to Phoenix.)"""
+    ports, env, _, _ = stack
+    log_dir = tmp_path / "run"
+    traces = log_dir / "telemetry" / "traces.jsonl"
+    with open(tmp_path / "run.log", "w") as log:
+        proc = subprocess.Popen(
+            grpo_command(log_dir, RESTART_STEPS, RESTART_PROJECT),
+            cwd=ROOT,
+            env=through_rotel(ports),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            deadline = time.monotonic() + 300
+            while not (traces.exists() and traces.stat().st_size > 0):
+                assert proc.poll() is None, "the run ended before writing any spans"
+                assert time.monotonic() < deadline, "no spans in the run's traces.jsonl"
+                time.sleep(0.2)
+            assert proc.poll() is None, "the run ended before Phoenix was restarted"
+            restart = subprocess.run(
+                ["bash", "scripts/observability_stack.sh", "restart", "phoenix"],
+                cwd=ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            assert restart.returncode == 0, restart.stdout + restart.stderr
+            assert "stopped phoenix" in restart.stdout
+            assert "phoenix running again" in restart.stdout
+            assert proc.wait(timeout=400) == 0, (tmp_path / "run.log").read_text()[-5000:]
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    file_ids = {s.span_id for s in read_spans(traces)}
+    got = wait_for_phoenix(ports["PHOENIX_PORT"], RESTART_PROJECT, len(file_ids), timeout=90)
+    assert len(got["spans"]) == len(file_ids)
+    assert {s["span_id"] for s in got["spans"]} == file_ids
+    assert PROJECT in got["projects"]  # the same data folder: the earlier run is still there
