@@ -3,12 +3,11 @@
     cfg = load_config("examples/configs/grpo_tiny.yaml", ["grpo.max_steps=20"], MasterConfig)
 
 Errors name the full key and offer the closest valid one:
-``grpo.max_stepz: unknown key (did you mean max_steps?)``.
+``grpo.max_stepz: unknown key (did you mean 'max_steps'?)``.
 """
 
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Sequence
 from typing import Any, TypeVar
@@ -17,7 +16,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from pydantic import BaseModel, ValidationError
 
-from spanspec.findings import Finding, SpecError
+from spanspec.findings import Finding, SpecError, did_you_mean
 from spanspec.loader import parse_yaml
 
 __all__ = ["ConfigError", "load_config", "read_config", "validate_config"]
@@ -108,8 +107,7 @@ def _describe(err: Any, model: type[BaseModel]) -> str:
     key = ".".join(loc) or "<root>"
     if err["type"] == "extra_forbidden":
         fields = _fields_at(model, loc[:-1])
-        close = difflib.get_close_matches(loc[-1], fields, n=1, cutoff=0.6)
-        hint = f" (did you mean {close[0]}?)" if close else f" (valid keys: {', '.join(fields)})"
+        hint = did_you_mean(loc[-1], fields) or f" (valid keys: {', '.join(fields)})"
         return f"{key}: unknown key{hint}"
     message = str(err["msg"]).removeprefix("Value error, ")  # pydantic's prefix says nothing
     if not loc and err["type"] == "value_error":  # a check across sections names its own keys

@@ -24,7 +24,7 @@ def _run(tmp_path, *args, env=None):
 @pytest.mark.parametrize(
     ("content", "args", "words"),
     [
-        (None, ["grpo.max_stepz=3"], ["grpo.max_stepz: unknown key", "did you mean max_steps"]),
+        (None, ["grpo.max_stepz=3"], ["grpo.max_stepz: unknown key", "did you mean 'max_steps'"]),
         (None, ["grpo.max_steps=0"], ["grpo.max_steps", "greater than or equal to 1"]),
         (None, ["grpo.max_steps"], ["key=value"]),
         ("grpo:\n  max_steps: [1\n", [], [":3:1: invalid YAML"]),
@@ -62,21 +62,24 @@ def test_bad_config_is_one_message_and_exit_2(tmp_path, content, args, words):
         (
             "run_async_grpo.py",
             ["async_grpo.max_trajectory_age=2"],
-            ["async_grpo.max_trajectory_age: unknown key", "did you mean max_trajectory_age_steps"],
+            [
+                "async_grpo.max_trajectory_age: unknown key",
+                "did you mean 'max_trajectory_age_steps'",
+            ],
         ),
         (
             "run_sft.py",
             ["sft.max_stepz=3"],
-            ["sft.max_stepz: unknown key", "did you mean max_steps"],
+            ["sft.max_stepz: unknown key", "did you mean 'max_steps'"],
         ),
         ("run_sft.py", ["sft.batch_size=many"], ["sft.batch_size", "valid integer", "'many'"]),
         ("run_sft.py", ["sft.batch_size=441"], ["sft.batch_size=441 is more than the 440"]),
-        ("run_dpo.py", ["dpo.bta=0.1"], ["dpo.bta: unknown key", "did you mean beta"]),
+        ("run_dpo.py", ["dpo.bta=0.1"], ["dpo.bta: unknown key", "did you mean 'beta'"]),
         ("run_dpo.py", ["dpo.beta=0"], ["dpo.beta", "greater than 0"]),
         ("run_dpo.py", ["dpo.beta=-1.5"], ["dpo.beta", "greater than 0", "-1.5"]),
         ("run_dpo.py", ["dpo.val_at_start=maybe"], ["dpo.val_at_start", "valid boolean"]),
         ("run_dpo.py", ["dpo.batch_size=881"], ["dpo.batch_size=881 is more than the 880"]),
-        ("run_rm.py", ["rm.seeed=1"], ["rm.seeed: unknown key", "did you mean seed"]),
+        ("run_rm.py", ["rm.seeed=1"], ["rm.seeed: unknown key", "did you mean 'seed'"]),
         ("run_rm.py", ["rm.max_steps=[1]"], ["rm.max_steps", "valid integer"]),
         ("run_rm.py", ["rm.batch_size=900"], ["rm.batch_size=900 is more than the 880"]),
         ("run_rm.py", ["policy.head=lm"], ["a reward model needs policy.head=scalar"]),

@@ -20,14 +20,14 @@ def test_example_config_loads_and_overrides_apply():
 def test_unknown_key_is_named_with_the_closest_valid_one():
     with pytest.raises(ConfigError) as e:
         load_config(CONFIG, ["grpo.max_stepz=20"], MasterConfig)
-    assert "grpo.max_stepz: unknown key (did you mean max_steps?)" in e.value.problems
+    assert "grpo.max_stepz: unknown key (did you mean 'max_steps'?)" in e.value.problems
 
 
 def test_unknown_nested_key_and_bad_type_are_both_reported():
     with pytest.raises(ConfigError) as e:
         load_config(None, ["grpo.loss.ratio_clip=0.1", "grpo.max_steps=lots"], MasterConfig)
     problems = "\n".join(e.value.problems)
-    assert "grpo.loss.ratio_clip: unknown key (did you mean ratio_clip_min?)" in problems
+    assert "grpo.loss.ratio_clip: unknown key (did you mean 'ratio_clip_min'?)" in problems
     assert "grpo.max_steps:" in problems and "'lots'" in problems
 
 
