@@ -9,6 +9,9 @@ from typing import Any
 
 import ray
 
+from nemo_rl.distributed.trace_context import CARRIER_KWARG
+from spanspec import propagate
+
 __all__ = [
     "TELEMETRY_ENV_PREFIXES",
     "WorkerDied",
@@ -84,7 +87,7 @@ def spawn_actor(
     (a collector that generates in one call while another delivers weights).
 
     The env is read now, not when Ray started, so settings written after ``init_ray`` still reach
-    new workers.
+    new workers. A constructor decorated ``@carries_trace`` gets the current trace context.
     """
     options: dict[str, Any] = {
         "num_cpus": num_cpus,
@@ -94,6 +97,9 @@ def spawn_actor(
     env_vars = telemetry_env_vars()
     if env_vars:
         options["runtime_env"] = {"env_vars": env_vars}
+    if getattr(cls.__init__, "__carries_trace__", False):
+        # A constructor that emits spans (loading a model) runs under the caller's span.
+        kwargs[CARRIER_KWARG] = propagate.inject()
     return ray.remote(cls).options(**options).remote(*args, **kwargs)
 
 

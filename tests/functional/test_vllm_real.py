@@ -228,6 +228,9 @@ def test_grpo_with_vllm_traces_the_engine_under_each_steps_generation(grpo):
     assert all(s["attrs"]["rl.weight_sync.num_bytes"] > 1_000_000 for s in syncs)
     (load,) = [s for s in spans if s["name"] == "rl.vllm.load_model"]
     assert load["attrs"]["gen_ai.request.model"] == "tiny-llama"
+    # the engine's load is part of the run's start-up, in the driver's trace
+    init = by_id[load["parentSpanId"]]
+    assert init["name"] == "rl.grpo.model_init" and init["traceId"] == load["traceId"]
 
 
 def test_grpo_with_vllm_records_both_genai_metrics(grpo):

@@ -157,6 +157,7 @@ class VllmGeneration(GenerationInterface):
     Raises ``ImportError`` at construction when vLLM is not installed.
     """
 
+    @carries_trace  # rl.vllm.load_model is a child of the driver's model_init
     def __init__(
         self,
         model_dir: str,

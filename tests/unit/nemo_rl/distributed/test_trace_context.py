@@ -61,6 +61,17 @@ class AsyncWorker:
         close_worker()
 
 
+class LoadingWorker:
+    @carries_trace
+    def __init__(self, rank: int, world_size: int) -> None:
+        init_worker(rank, world_size, "generation")
+        with spanspec.span("rl.vllm.load_model", **{"gen_ai.request.model": "tiny"}):
+            pass
+
+    def close(self) -> None:
+        close_worker()
+
+
 def _worker_env(monkeypatch: pytest.MonkeyPatch, folder: Path) -> None:
     # What init_telemetry_driver writes for the workers; spawn_actor forwards it via runtime_env.
     for key, value in {
@@ -128,6 +139,22 @@ def test_worker_spans_are_children_of_the_driver_span(ray_cluster, tmp_path, mon
     parent_of("rl.grpo.logprob", "rl.worker.logprob")  # sync method
     parent_of("rl.grpo.generation", "rl.worker.generate")  # async method
     parent_of("rl.grpo.policy_update", "rl.worker.logprob")  # through the non-exporting rank
+
+
+def test_a_constructor_that_carries_trace_runs_under_the_spawning_span(
+    ray_cluster, tmp_path, monkeypatch
+):
+    _worker_env(monkeypatch, tmp_path)
+    with capture(groups="all") as driver:
+        with spanspec.span("rl.grpo.model_init", **{"rl.model": "tiny"}):
+            loader = spawn_actor(LoadingWorker, 0, 1, num_cpus=0.1)
+            ray.get(loader.close.remote())
+        (init,) = [s for s in driver if s.name == "rl.grpo.model_init"]
+    ray.kill(loader)
+    (load,) = _exported_spans(tmp_path / "traces.jsonl")
+    assert load["name"] == "rl.vllm.load_model"
+    assert load["parentSpanId"] == f"{init.context.span_id:016x}"
+    assert load["traceId"] == f"{init.context.trace_id:032x}"
 
 
 def test_methods_run_unchanged_without_a_carrier():
