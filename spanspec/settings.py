@@ -40,6 +40,7 @@ __all__ = [
     "Settings",
     "SettingsError",
     "field_spec",
+    "ignored_variables",
     "load_settings",
     "otel_env_problems",
     "otlp_endpoint_configured",
@@ -467,3 +468,17 @@ def load_settings(
         if problems:
             raise SettingsError(problems)
     return Settings(**values, sources=sources)
+
+
+def ignored_variables(
+    env: Mapping[str, str] | None = None, fallback_prefix: str = FALLBACK_PREFIX
+) -> list[str]:
+    """The set ``<fallback_prefix>*`` variables that name no setting here (nemo-lens has some we
+    lack, such as ``NEMO_LENS_SAMPLER_ENABLED``): read by nothing, so worth one warning."""
+    env = os.environ if env is None else env
+    known = {spec.env_name(fallback_prefix) for spec in FIELDS}
+    return sorted(
+        var
+        for var in env
+        if var.startswith(fallback_prefix) and var not in known and env[var].strip()
+    )

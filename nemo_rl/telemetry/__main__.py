@@ -23,7 +23,7 @@ from nemo_rl.telemetry.config import TelemetryConfig
 from nemo_rl.telemetry.lifecycle import check_telemetry
 from nemo_rl.utils.config import ConfigError, read_config, validate_config
 from spanspec.export import planned_destinations
-from spanspec.settings import SENSITIVE_FIELDS, SettingsError
+from spanspec.settings import SENSITIVE_FIELDS, SettingsError, ignored_variables
 from spanspec.spec import REDACTED
 
 
@@ -63,6 +63,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SettingsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    for var in ignored_variables():
+        print(f"warning: {var}: not a setting here, ignored", file=sys.stderr)
     if args.json:
         rows: dict[str, Any] = {
             name: {

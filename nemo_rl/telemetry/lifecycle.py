@@ -32,7 +32,13 @@ from nemo_rl.telemetry.config import TelemetryConfig
 from spanspec import export, watchdog
 from spanspec import metrics as spanspec_metrics
 from spanspec.export import ExportStats, TelemetryCost, TelemetryHandle
-from spanspec.settings import DEFAULT_PREFIX, Settings, SettingsError, load_settings
+from spanspec.settings import (
+    DEFAULT_PREFIX,
+    Settings,
+    SettingsError,
+    ignored_variables,
+    load_settings,
+)
 from spanspec.spec import Spec
 
 __all__ = [
@@ -325,6 +331,13 @@ def init_telemetry_driver(
         _log.warning(
             "telemetry: init_telemetry_driver ran after Ray started; workers started earlier "
             "do not see the telemetry settings"
+        )
+    ignored = ignored_variables()
+    if ignored:
+        _log.warning(
+            "telemetry: %s: not a setting here, ignored (the nemo-lens names we read are in "
+            "docs/observability/nemo-lens.md)",
+            ", ".join(ignored),
         )
     job_resource = {
         "rl.algorithm": algorithm,

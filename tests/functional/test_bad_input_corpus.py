@@ -387,6 +387,12 @@ def test_run_grpo_refuses_in_one_line_before_starting(tmp_path, _case, text, ove
     assert not (tmp_path / "run").exists()  # refused before anything was written
 
 
+def test_settings_names_a_nemo_lens_variable_it_does_not_read(tmp_path):
+    r = _run([*TELEMETRY], tmp_path, {"NEMO_LENS_SAMPLER_ENABLED": "1"})
+    assert r.returncode == 0, r.stderr
+    assert "warning: NEMO_LENS_SAMPLER_ENABLED: not a setting here, ignored" in r.stderr
+
+
 def test_settings_takes_overrides_without_a_config_file(tmp_path):
     r = _run([*TELEMETRY, "telemetry.span_groups=per_stepp"], tmp_path)
     assert r.returncode == 2, r.stdout + r.stderr

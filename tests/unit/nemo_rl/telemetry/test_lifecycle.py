@@ -130,6 +130,15 @@ def test_driver_init_is_idempotent_and_logs_the_settings(caplog):
     assert "span_groups" in record.getMessage() and "default" in record.getMessage()
 
 
+def test_a_nemo_lens_variable_we_do_not_read_is_named_once(clean_env, caplog):
+    clean_env.setenv("NEMO_LENS_SAMPLER_ENABLED", "1")
+    clean_env.setenv("NEMO_LENS_SPAN_GROUPS", "all")  # one we read: not named
+    caplog.set_level(logging.WARNING, logger="nemo_rl.telemetry")
+    telemetry.init_telemetry_driver(config(), "grpo")
+    (record,) = [r for r in caplog.records if "ignored" in r.getMessage()]
+    assert record.getMessage().startswith("telemetry: NEMO_LENS_SAMPLER_ENABLED: not a setting")
+
+
 @pytest.mark.parametrize(
     ("env", "block", "error", "match"),
     [
@@ -142,6 +151,12 @@ def test_driver_init_is_idempotent_and_logs_the_settings(caplog):
             "telemetry.span_groups='per_stpe': unknown group",
         ),
         ({"OTEL_EXPORTER_OTLP_PROTOCOL": "thrift"}, {"exporter": "otlp"}, SettingsError, "thrift"),
+        (
+            {"NEMO_RL_OTEL_SPAN_GROUP": "all"},
+            {},
+            SettingsError,
+            "NEMO_RL_OTEL_SPAN_GROUP: unknown variable",
+        ),
     ],
 )
 def test_configuration_errors_are_raised_on_the_driver_at_init(clean_env, env, block, error, match):
