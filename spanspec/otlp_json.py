@@ -111,7 +111,7 @@ def attribute_value(value: Mapping[str, Any] | None) -> Any:
         if key in ("stringValue", "string_value"):
             return str(item)
         if key in ("intValue", "int_value"):
-            return int(item)
+            return _integer(item, "intValue")
         if key in ("doubleValue", "double_value"):
             return _double(item)
         if key in ("boolValue", "bool_value"):
@@ -125,9 +125,22 @@ def attribute_value(value: Mapping[str, Any] | None) -> Any:
     return None
 
 
+def _integer(item: Any, field: str) -> int:
+    # OTLP/JSON writes 64-bit integers as decimal strings; a bool or a fraction is not one.
+    if isinstance(item, bool) or not isinstance(item, int | str) or not str(item).strip():
+        raise ValueError(f"{field} {item!r} is not an integer")
+    try:
+        return int(item)
+    except ValueError:
+        raise ValueError(f"{field} {item!r} is not an integer (a decimal string)") from None
+
+
 def _double(item: Any) -> float:
     # protobuf-JSON writes non-finite doubles as the strings "NaN", "Infinity", "-Infinity".
-    return float(item)
+    try:
+        return float(item)
+    except (TypeError, ValueError):
+        raise ValueError(f"doubleValue {item!r} is not a number") from None
 
 
 def _key_values(items: Iterable[Any]) -> dict[str, Any]:
@@ -135,7 +148,10 @@ def _key_values(items: Iterable[Any]) -> dict[str, Any]:
     for item in items or ():
         if not isinstance(item, Mapping) or "key" not in item:
             raise ValueError("expected a list of {key, value} objects")
-        out[str(item["key"])] = attribute_value(item.get("value") or {})
+        try:
+            out[str(item["key"])] = attribute_value(item.get("value") or {})
+        except ValueError as exc:
+            raise ValueError(f"attribute '{item['key']}': {exc}") from None
     return out
 
 
@@ -203,13 +219,15 @@ def _span(
     if trace_id is None or span_id is None:
         raise ValueError(f"span '{name}' has no trace or span id")
     status = raw.get("status") or {}
+    start = _integer(_get(raw, "startTimeUnixNano", "start_time_unix_nano", 0), "startTimeUnixNano")
+    end = _integer(_get(raw, "endTimeUnixNano", "end_time_unix_nano", 0), "endTimeUnixNano")
     return SpanRecord(
         name=name,
         trace_id=trace_id,
         span_id=span_id,
         parent_span_id=_hex_id(_get(raw, "parentSpanId", "parent_span_id"), 8),
-        start_time_unix_nano=int(_get(raw, "startTimeUnixNano", "start_time_unix_nano", 0)),
-        end_time_unix_nano=int(_get(raw, "endTimeUnixNano", "end_time_unix_nano", 0)),
+        start_time_unix_nano=start,
+        end_time_unix_nano=end,
         attributes=_key_values(raw.get("attributes", [])),
         resource=resource,
         scope=scope,

@@ -126,6 +126,11 @@ def test_a_bad_registry_is_one_finding_at_its_place(tmp_path, content, where, wo
 
 # -- trace files: spanspec live-check / view FILE -------------------------------------------------
 
+_SPAN = (
+    '{"resourceSpans": [{"scopeSpans": [{"spans": [{"name": "rl.grpo.step", "traceId": '
+    '"0af7651916cd43dd8448eb211c80319c", "spanId": "b7ad6b7169203331", "startTimeUnixNano": "1", '
+    '"endTimeUnixNano": "2", "attributes": []}]}]}]}\n'
+)
 TRACES = [
     # (case, content, words)
     ("not OTLP", '{"resourceSpans": 3}\n', ["otlp.malformed", ":1:1:"]),
@@ -136,6 +141,20 @@ TRACES = [
     ("nested too deep", "[" * 100_000 + "\n", ["nested too deeply", ":1:1:"]),
     ("a list, not a request", "[1, 2]\n", ["otlp.malformed"]),
     ("binary", "\x00\x01\x02\n", ["otlp.invalid_json"]),
+    ("a bad id", _SPAN.replace("b7ad6b7169203331", "zz"), ["id 'zz' is neither hex nor base64"]),
+    (
+        "an int attribute that is not one",
+        _SPAN.replace(
+            '"attributes": []',
+            '"attributes": [{"key": "rl.iteration", "value": {"intValue": "NaN"}}]',
+        ),
+        ["attribute 'rl.iteration': intValue 'NaN' is not an integer"],
+    ),
+    (
+        "a fractional timestamp",
+        _SPAN.replace('"startTimeUnixNano": "1"', '"startTimeUnixNano": 1.5'),
+        ["startTimeUnixNano 1.5 is not an integer"],
+    ),
 ]
 
 
