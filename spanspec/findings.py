@@ -7,11 +7,20 @@ and the CLI prints each as ``file:line:col: level: id: message``.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Literal
 
-__all__ = ["Finding", "Level", "SpecError", "a_type", "closest", "did_you_mean"]
+__all__ = [
+    "Finding",
+    "Level",
+    "SpecError",
+    "a_type",
+    "closest",
+    "did_you_mean",
+    "validation_message",
+]
 
 Level = Literal["violation", "improvement", "information"]
 
@@ -61,3 +70,16 @@ def did_you_mean(word: str, candidates: Iterable[str], cutoff: float = 0.6) -> s
     """Return ``" (did you mean 'x'?)"`` for the closest candidate, or ``""`` when none is close."""
     match = closest(word, candidates, cutoff)
     return f" (did you mean '{match}'?)" if match else ""
+
+
+def validation_message(message: str) -> str:
+    """pydantic's message in plain words: "Input should be a valid integer, unable to parse
+    string as an integer" reads "expected an integer"."""
+    message = message.removeprefix("Value error, ")  # pydantic's prefix says nothing
+    if message.startswith("Input should be a valid dictionary or instance of"):
+        return "expected a mapping (indented key: value lines)"
+    message = re.sub(r", unable to (parse|interpret) .*$", "", message)
+    message = re.sub(
+        r"^Input should be (a valid )?", lambda m: "expected a " if m[1] else "expected ", message
+    )
+    return re.sub(r"^expected a (?=[aeiou])", "expected an ", message)

@@ -7,7 +7,9 @@ finding names the file, the line of the bad value, the field, and what was expec
 
 from __future__ import annotations
 
+import datetime
 import gc
+import math
 import os
 import re
 import typing
@@ -21,7 +23,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from spanspec._yaml_aliases import check_aliases
-from spanspec.findings import Finding, SpecError, did_you_mean
+from spanspec.findings import Finding, SpecError, did_you_mean, validation_message
 from spanspec.schema import Registry
 
 __all__ = [
@@ -264,13 +266,13 @@ def validation_findings(
             message = f"{field}: required field is missing"
         else:
             got = error.get("input")
-            shown = "" if isinstance(got, dict | list) else f", got {got!r}"
+            shown = f", got {_as_yaml(got)}"
             hint = ""
             if kind == "enum" and isinstance(got, str):
                 hint = did_you_mean(
                     got, re.findall(r"'([^']*)'", str(error.get("ctx", {}).get("expected", "")))
                 )
-            what = str(error["msg"]).removeprefix("Value error, ")
+            what = validation_message(str(error["msg"]))
             if kind == "string_pattern_mismatch":
                 what = _pattern_in_words(str(error.get("ctx", {}).get("pattern", "")), got)
             elif loc == ("version",):
@@ -308,13 +310,34 @@ def _pattern_in_words(pattern: str, got: Any) -> str:
     return words
 
 
+def _as_yaml(value: Any) -> str:
+    """A value as the YAML that reads as it (``true``, ``null``, ``'text'``), not Python's repr."""
+    if value is None:
+        return "null (an empty value)"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float) and not math.isfinite(value):
+        return ".nan" if math.isnan(value) else ("-.inf" if value < 0 else ".inf")
+    if isinstance(value, datetime.date):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, str):
+        return repr(value)
+    return str(value)
+
+
 def _yaml11_hint(node: yaml.Node | None, got: Any) -> str:
-    if isinstance(got, bool) and isinstance(node, yaml.ScalarNode) and not node.style:
-        if node.value.lower() in _YAML11_BOOLS:
-            return (
-                f" (YAML reads an unquoted {node.value} as {str(got).lower()}; "
-                f"quote it, '{node.value}', to mean the word)"
-            )
+    unquoted = isinstance(node, yaml.ScalarNode) and not node.style
+    if isinstance(got, bool) and unquoted and node.value.lower() in _YAML11_BOOLS:
+        return (
+            f" (YAML reads an unquoted {node.value} as {str(got).lower()}; "
+            f"quote it, '{node.value}', to mean the word)"
+        )
+    if isinstance(got, datetime.date) and unquoted:
+        return f" (YAML reads an unquoted {node.value} as a date; quote it, '{node.value}', to mean the text)"
     return ""
 
 

@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from pydantic import BaseModel, ValidationError
 
-from spanspec.findings import Finding, SpecError, did_you_mean
+from spanspec.findings import Finding, SpecError, did_you_mean, validation_message
 from spanspec.loader import parse_yaml
 
 __all__ = ["ConfigError", "load_config", "read_config", "validate_config"]
@@ -109,7 +109,7 @@ def _describe(err: Any, model: type[BaseModel]) -> str:
         fields = _fields_at(model, loc[:-1])
         hint = did_you_mean(loc[-1], fields) or f" (valid keys: {', '.join(fields)})"
         return f"{key}: unknown key{hint}"
-    message = str(err["msg"]).removeprefix("Value error, ")  # pydantic's prefix says nothing
+    message = validation_message(str(err["msg"]))
     if not loc and err["type"] == "value_error":  # a check across sections names its own keys
         return message
     if err["type"] != "value_error" and "input" in err and not isinstance(err["input"], dict):

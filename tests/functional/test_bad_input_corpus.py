@@ -82,7 +82,7 @@ REGISTRIES = [
         ":",
         ["expand to more than", "billion laughs"],
     ),
-    ("version true", "version: true\ngroups: {}\n", ":1:10:", ["expected 1", "got True"]),
+    ("version true", "version: true\ngroups: {}\n", ":1:10:", ["expected 1", "got true"]),
     ("version 2", "version: 2\ngroups: {}\n", ":1:10:", ["expected 1", "got 2"]),
     ("version text", "version: one\ngroups: {}\n", ":1:10:", ["expected 1"]),
     (

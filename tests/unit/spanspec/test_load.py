@@ -71,7 +71,7 @@ EXPECTED: dict[str, list[tuple[int, int, str, str]]] = {
         (10, 11, "span.duplicate", "spans[1]: span 'rl.ppo.step' is already declared by spans[0]")
     ],
     "attribute_bad_type.yaml": [
-        (7, 11, "schema.enum", "attributes.rl.iteration.type: Input should be 'string', 'int'")
+        (7, 11, "schema.enum", "attributes.rl.iteration.type: expected 'string', 'int'")
     ],
     "span_undeclared_attribute.yaml": [
         (
