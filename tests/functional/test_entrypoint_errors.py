@@ -72,7 +72,11 @@ def test_bad_config_is_one_message_and_exit_2(tmp_path, content, args, words):
             ["sft.max_stepz=3"],
             ["sft.max_stepz: unknown key", "did you mean 'max_steps'"],
         ),
-        ("run_sft.py", ["sft.batch_size=many"], ["sft.batch_size", "expected an integer", "'many'"]),
+        (
+            "run_sft.py",
+            ["sft.batch_size=many"],
+            ["sft.batch_size", "expected an integer", "'many'"],
+        ),
         ("run_sft.py", ["sft.batch_size=441"], ["sft.batch_size=441 is more than the 440"]),
         ("run_dpo.py", ["dpo.bta=0.1"], ["dpo.bta: unknown key", "did you mean 'beta'"]),
         ("run_dpo.py", ["dpo.beta=0"], ["dpo.beta", "greater than 0"]),
