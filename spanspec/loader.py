@@ -206,7 +206,31 @@ def _syntax_finding(name: str, text: str, exc: yaml.YAMLError) -> Finding:
     problem = " ".join(filter(None, (getattr(exc, "context", None), getattr(exc, "problem", None))))
     if mark is not None and 0 <= mark.index < len(text) and text[mark.index] == "\t":
         problem = "a tab character; YAML indents with spaces only (replace the tab with spaces)"
+    else:
+        hint = next((h for known, h in _SYNTAX_HINTS.items() if known in problem), "")
+        problem += f" ({hint})" if hint else ""
     return Finding("yaml.syntax", f"invalid YAML: {problem or exc}", file=name, line=line, col=col)
+
+
+# PyYAML's words for the usual slips, and what to look at.
+_SYNTAX_HINTS = {
+    "mapping values are not allowed": "quote a value that holds ': ', or check this line's "
+    "indentation",
+    "did not find expected key": "check this line's indentation against the lines above",
+    "did not find expected '-' indicator": "every item of a list starts with '- ' at the same "
+    "indentation",
+    "did not find expected <document start>": "text after the end of the mapping: check the "
+    "indentation",
+    "found undefined alias": "an *alias needs an &anchor of that name earlier in the file",
+    "mapping keys are not allowed": "'? ' starts a key here: quote the text",
+    "could not find expected ':'": "a key needs ': ' after it; check this line's indentation",
+    "escape": "in \"double quotes\" a backslash starts an escape: use 'single quotes'",
+    "expected hexdecimal number": 'in "double quotes" a backslash starts an escape: use '
+    "'single quotes'",
+    "found unexpected end of stream": "a quote or bracket is not closed",
+    "expected ',' or ']'": "a [list] is not closed, or an item holds an unquoted ','",
+    "expected ',' or '}'": "a {mapping} is not closed, or a value holds an unquoted ','",
+}
 
 
 def _duplicate_keys(node: yaml.Node | None) -> Iterator[tuple[yaml.Node, yaml.Node]]:

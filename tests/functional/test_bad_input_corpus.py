@@ -83,6 +83,20 @@ REGISTRIES = [
         ["expand to more than", "billion laughs"],
     ),
     ("version true", "version: true\ngroups: {}\n", ":1:10:", ["expected 1", "got true"]),
+    ("colon in a value", HEAD + "  h:\n    description: note: x\n", ":6:22:", ["quote a value"]),
+    ("undefined alias", HEAD + "  h: *nope\n", ":5:6:", ["needs an &anchor"]),
+    (
+        "backslash in double quotes",
+        HEAD + '  h:\n    description: "C:\\xyz"\n',
+        ":6:",
+        ["backslash starts an escape", "'single quotes'"],
+    ),
+    (
+        "a date for an enum",
+        HEAD.replace("description: x", "description: x\n    bucket: 2001-01-01"),
+        ":5:",
+        ["got 2001-01-01", "as a date; quote it"],
+    ),
     ("version 2", "version: 2\ngroups: {}\n", ":1:10:", ["expected 1", "got 2"]),
     ("version text", "version: one\ngroups: {}\n", ":1:10:", ["expected 1"]),
     (
