@@ -6,17 +6,20 @@ and the CLI prints each as ``file:line:col: level: id: message``.
 
 from __future__ import annotations
 
+import datetime
 import difflib
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import Any, Literal
 
 __all__ = [
     "Finding",
     "Level",
     "SpecError",
     "a_type",
+    "as_yaml",
     "closest",
     "did_you_mean",
     "validation_message",
@@ -82,4 +85,24 @@ def validation_message(message: str) -> str:
     message = re.sub(
         r"^Input should be (a valid )?", lambda m: "expected a " if m[1] else "expected ", message
     )
+    message = re.sub(r"^expected (less|greater) than", r"expected a number \1 than", message)
     return re.sub(r"^expected a (?=[aeiou])", "expected an ", message)
+
+
+def as_yaml(value: Any) -> str:
+    """A value as the YAML that reads as it (``true``, ``null``, ``'text'``), not Python's repr."""
+    if value is None:
+        return "null (an empty value)"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float) and not math.isfinite(value):
+        return ".nan" if math.isnan(value) else ("-.inf" if value < 0 else ".inf")
+    if isinstance(value, datetime.date):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, str):
+        return repr(value)
+    return str(value)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime
 import gc
-import math
 import os
 import re
 import typing
@@ -23,7 +22,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from spanspec._yaml_aliases import check_aliases
-from spanspec.findings import Finding, SpecError, did_you_mean, validation_message
+from spanspec.findings import Finding, SpecError, as_yaml, did_you_mean, validation_message
 from spanspec.schema import Registry
 
 __all__ = [
@@ -290,7 +289,7 @@ def validation_findings(
             message = f"{field}: required field is missing"
         else:
             got = error.get("input")
-            shown = f", got {_as_yaml(got)}"
+            shown = f", got {as_yaml(got)}"
             hint = ""
             if kind == "enum" and isinstance(got, str):
                 hint = did_you_mean(
@@ -332,25 +331,6 @@ def _pattern_in_words(pattern: str, got: Any) -> str:
     elif str(got) != str(got).lower():
         words += "; use lower case"
     return words
-
-
-def _as_yaml(value: Any) -> str:
-    """A value as the YAML that reads as it (``true``, ``null``, ``'text'``), not Python's repr."""
-    if value is None:
-        return "null (an empty value)"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, float) and not math.isfinite(value):
-        return ".nan" if math.isnan(value) else ("-.inf" if value < 0 else ".inf")
-    if isinstance(value, datetime.date):
-        return value.isoformat()
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, str):
-        return repr(value)
-    return str(value)
 
 
 def _yaml11_hint(node: yaml.Node | None, got: Any) -> str:

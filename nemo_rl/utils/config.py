@@ -9,6 +9,7 @@ Errors name the full key and offer the closest valid one:
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
@@ -16,7 +17,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from pydantic import BaseModel, ValidationError
 
-from spanspec.findings import Finding, SpecError, did_you_mean, validation_message
+from spanspec.findings import Finding, SpecError, as_yaml, did_you_mean, validation_message
 from spanspec.loader import parse_yaml
 
 __all__ = ["ConfigError", "load_config", "read_config", "validate_config"]
@@ -60,6 +61,12 @@ def read_config(path: str | None, overrides: Sequence[str]) -> dict[str, Any]:
     except OmegaConfBaseException as e:
         key = getattr(e, "full_key", None)
         message = str(e).splitlines()[0]
+        missing = re.match(r"Interpolation key '(.*)' not found", message)
+        if missing:  # name the fix, not omegaconf's internals
+            message = (
+                f"${{{missing[1]}}} names no key of the config (an interpolation refers to "
+                "another key, such as ${grpo.max_steps}, or to a variable: ${oc.env:NAME})"
+            )
         raise ConfigError([f"{key}: {message}" if key else message]) from None
     return data  # type: ignore[return-value]
 
@@ -113,7 +120,7 @@ def _describe(err: Any, model: type[BaseModel]) -> str:
     if not loc and err["type"] == "value_error":  # a check across sections names its own keys
         return message
     if err["type"] != "value_error" and "input" in err and not isinstance(err["input"], dict):
-        message += f" (got {err['input']!r})"
+        message += f" (got {as_yaml(err['input'])})"
     return f"{key}: {message}"
 
 
