@@ -77,48 +77,59 @@ def compute_breakdown(spans: Iterable[object], spec: Spec) -> Breakdown:
         entry = spec.spans.get(name)
         return spec.groups[entry.group].bucket if entry else None
 
-    totals: dict[tuple[int, str], float] = defaultdict(float)  # (depth, path) -> seconds
-    counts: dict[tuple[int, str], int] = defaultdict(int)
-    order: dict[tuple[int, str], int] = {}
+    # A phase is a span name under a parent phase: (parent phase id, name) -> id, first seen
+    # first. Ids rather than path strings keep a deep (or corrupt) tree linear in its size.
+    phase_ids: dict[tuple[int, str], int] = {}
+    phase_of: list[tuple[int, int, str]] = []  # id -> (parent id, depth, name)
+    totals: list[float] = []
+    counts: list[int] = []
     bucket_totals: dict[str, float] = defaultdict(float)
     step_total = 0.0
 
     for step in sorted(steps, key=lambda s: s.start_time_unix_nano):
         step_total += seconds(step)
         covered = 0.0
-
-        def walk(node: object, depth: int, path: str, counted: bool) -> None:
-            nonlocal covered
-            for child in sorted(
-                children.get(node.span_id, []), key=lambda s: s.start_time_unix_nano
-            ):
-                key = (depth, f"{path}/{child.name}")
-                order.setdefault(key, len(order))
-                totals[key] += seconds(child)
-                counts[key] += 1
+        # Depth first, children in start order, each span once: a file whose parent links
+        # loop (hand-made or corrupt) cannot recurse, nor can a chain deeper than Python's stack.
+        seen = {step.span_id}
+        stack: list[tuple[object, int, int, bool]] = [(step, 0, -1, False)]
+        while stack:
+            node, depth, parent, counted = stack.pop()
+            kids = sorted(children.get(node.span_id, []), key=lambda s: s.start_time_unix_nano)
+            pending = []
+            for child in kids:
+                if child.span_id in seen:
+                    continue
+                seen.add(child.span_id)
+                phase = phase_ids.setdefault((parent, child.name), len(phase_ids))
+                if phase == len(phase_of):
+                    phase_of.append((parent, depth, child.name))
+                    totals.append(0.0)
+                    counts.append(0)
+                totals[phase] += seconds(child)
+                counts[phase] += 1
                 bucket = bucket_of(child.name)
                 here = counted
                 if bucket and not counted:
                     bucket_totals[bucket] += seconds(child)
                     covered += seconds(child)
                     here = True
-                walk(child, depth + 1, key[1], here)
-
-        walk(step, 0, "", False)
+                pending.append((child, depth + 1, phase, here))
+            stack.extend(reversed(pending))
         bucket_totals["unattributed"] += max(0.0, seconds(step) - covered)
 
     n = len(steps)
     mean_step = step_total / n
     phases = [
         PhaseTime(
-            name=path.rsplit("/", 1)[-1],
-            depth=depth,
-            mean_s=totals[(depth, path)] / n,
-            share=totals[(depth, path)] / step_total if step_total else 0.0,
-            bucket=bucket_of(path.rsplit("/", 1)[-1]),
-            count=counts[(depth, path)],
+            name=phase_of[i][2],
+            depth=phase_of[i][1],
+            mean_s=totals[i] / n,
+            share=totals[i] / step_total if step_total else 0.0,
+            bucket=bucket_of(phase_of[i][2]),
+            count=counts[i],
         )
-        for (depth, path) in _tree_order(order)
+        for i in _tree_order(phase_of)
     ]
     buckets = {
         b: t / step_total if step_total else 0.0
@@ -127,15 +138,18 @@ def compute_breakdown(spans: Iterable[object], spec: Spec) -> Breakdown:
     return Breakdown(n, mean_step, phases, buckets)
 
 
-def _tree_order(order: dict[tuple[int, str], int]) -> list[tuple[int, str]]:
-    """Keys sorted so each phase is followed by its own children (paths sort as a tree)."""
-    first_seen = {path: i for (_, path), i in order.items()}
-
-    def sort_key(key: tuple[int, str]) -> list[int]:
-        parts = key[1].split("/")[1:]
-        return [first_seen["/" + "/".join(parts[: i + 1])] for i in range(len(parts))]
-
-    return sorted(order, key=sort_key)
+def _tree_order(phase_of: list[tuple[int, int, str]]) -> list[int]:
+    """Phase ids so that each phase is followed by its own children, siblings first seen first."""
+    children: dict[int, list[int]] = defaultdict(list)
+    for phase, (parent, _, _) in enumerate(phase_of):
+        children[parent].append(phase)
+    out: list[int] = []
+    stack = list(reversed(children[-1]))
+    while stack:
+        phase = stack.pop()
+        out.append(phase)
+        stack.extend(reversed(children.get(phase, [])))
+    return out
 
 
 def step_breakdown(

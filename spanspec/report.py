@@ -129,10 +129,13 @@ def report_data(
     for step in sorted(filter(_is_step, spans), key=lambda s: s.start_time_unix_nano):
         members = [step]
         stack = [step]
+        seen = {step.span_id}  # each span once, even where parent links loop
         while stack:
             for child in children.get(stack.pop().span_id, []):
-                members.append(child)
-                stack.append(child)
+                if child.span_id not in seen:
+                    seen.add(child.span_id)
+                    members.append(child)
+                    stack.append(child)
         per_lane: dict[int, list[SpanRecord]] = defaultdict(list)
         for s in members:
             per_lane[lane_index[lane_of(s.resource).key]].append(s)

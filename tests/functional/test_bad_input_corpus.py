@@ -9,6 +9,7 @@ Each class of input has several members so that the fix is for the class, not th
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -185,6 +186,44 @@ def test_a_bad_trace_file_is_a_violation_of_that_file(tmp_path, command, content
     assert "violation" in out
     for w in words:
         assert w in out, out
+
+
+def _chain(parents: dict[int, int]) -> str:
+    """One request: a step span (id 1) and spans whose parent ids are given (id -> parent id)."""
+
+    def span(name: str, span_id: int, parent: int | None) -> dict:
+        return {
+            "name": name,
+            "traceId": "0af7651916cd43dd8448eb211c80319c",
+            "spanId": f"{span_id:016x}",
+            **({"parentSpanId": f"{parent:016x}"} if parent else {}),
+            "startTimeUnixNano": "1000",
+            "endTimeUnixNano": "5000",
+        }
+
+    step_parent = parents.pop(1, None)
+    spans = [span("rl.grpo.step", 1, step_parent)]
+    spans += [span("rl.grpo.rollout", i, parent) for i, parent in parents.items()]
+    return json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}) + "\n"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["view"], ["view", "--format", "chrome", "-o", "out.json"], ["report", "-o", "r.html"]],
+    ids=["view", "chrome", "report"],
+)
+@pytest.mark.parametrize(
+    "parents",
+    [{1: 2, 2: 1}, {i + 1: i for i in range(1, 5001)}],
+    ids=["parents that loop", "a chain 5,000 deep"],
+)
+def test_a_tree_that_loops_or_runs_deep_is_drawn_not_a_crash(tmp_path, command, parents):
+    path = tmp_path / "traces.jsonl"
+    path.write_text(_chain(dict(parents)))
+    r = _run([str(BIN / "spanspec"), *command, str(path)], tmp_path, timeout=60)
+    _no_crash(r.stdout + r.stderr)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "rl.grpo.step" in r.stdout or (tmp_path / command[-1]).exists()
 
 
 # -- code: spanspec check REGISTRY --code PATH ----------------------------------------------------
