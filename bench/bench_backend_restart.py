@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from spanspec.otlp_json import read_spans  # noqa: E402
+from spanspec.traces.otlp_json import read_spans  # noqa: E402
 from tests.backends import STACK_VENV, grpo_command, run_env, wait_for_phoenix  # noqa: E402
 from tests.otlp_receiver import free_port  # noqa: E402
 

@@ -34,10 +34,10 @@ from nemo_rl.algorithms.common import RunSummary
 from nemo_rl.distributed import WorkerDied
 from nemo_rl.telemetry import init_telemetry_driver, job_cost, shutdown_telemetry
 from nemo_rl.utils.config import ConfigError, load_config
-from spanspec.breakdown import step_breakdown
 from spanspec.export import ExportStats
 from spanspec.findings import SpecError
 from spanspec.settings import SettingsError
+from spanspec.traces.breakdown import step_breakdown
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_TERMINATED", "Loop", "run_loop"]
 

@@ -1,8 +1,8 @@
 """The compiled registry: a frozen table of span name -> entry, and group-expression resolution.
 
 :class:`Spec` is what every consumer reads (:mod:`spanspec.runtime`, :mod:`spanspec.metrics`,
-:mod:`spanspec.livecheck`, :mod:`spanspec.docs`, :mod:`spanspec.codescan`, :mod:`spanspec.testing`).
-It is built by :mod:`spanspec.compile`; this module imports neither pydantic nor YAML.
+:mod:`spanspec.traces.livecheck`, :mod:`spanspec.checks.docs`, :mod:`spanspec.checks.codescan`, :mod:`spanspec.testing`).
+It is built by :mod:`spanspec.registry.compile`; this module imports neither pydantic nor YAML.
 """
 
 from __future__ import annotations

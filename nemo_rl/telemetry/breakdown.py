@@ -1,4 +1,4 @@
-"""Where the step time went. The step breakdown is computed in :mod:`spanspec.breakdown` (the
+"""Where the step time went. The step breakdown is computed in :mod:`spanspec.traces.breakdown` (the
 report uses it too); what only async GRPO has, the collector's side and the overlap of its
 generation with training, is here."""
 
@@ -8,7 +8,7 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from spanspec.breakdown import Breakdown, PhaseTime, compute_breakdown, step_breakdown
+from spanspec.traces.breakdown import Breakdown, PhaseTime, compute_breakdown, step_breakdown
 
 __all__ = [
     "Breakdown",
@@ -100,7 +100,7 @@ def collector_breakdown(
 ) -> CollectorBreakdown:
     """Read ``traces.jsonl`` file(s) and return the :class:`CollectorBreakdown` (of ``run_id``
     only, when given)."""
-    from spanspec import otlp_json
+    from spanspec.traces import otlp_json
 
     paths = [trace_files] if isinstance(trace_files, str | os.PathLike) else list(trace_files)
     spans = otlp_json.read_spans(paths)

@@ -18,7 +18,7 @@ from omegaconf.errors import OmegaConfBaseException
 from pydantic import BaseModel, ValidationError
 
 from spanspec.findings import Finding, SpecError, as_yaml, did_you_mean, validation_message
-from spanspec.loader import parse_yaml
+from spanspec.registry.loader import parse_yaml
 
 __all__ = ["ConfigError", "load_config", "read_config", "validate_config"]
 

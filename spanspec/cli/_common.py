@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from spanspec.checking import display, read_registry, same_file
+from spanspec.checks.check import display, read_registry, same_file
 from spanspec.findings import Finding
 from spanspec.registry import default_registry_path
 from spanspec.spec import Spec

@@ -1,11 +1,11 @@
-"""``spanspec check``: validate the registry, run configs and code (see :mod:`spanspec.checking`)."""
+"""``spanspec check``: validate the registry, run configs and code (see :mod:`spanspec.checks.check`)."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from spanspec.checking import check_files
+from spanspec.checks.check import check_files
 from spanspec.cli._common import UsageError, add_common_options, emit
 
 

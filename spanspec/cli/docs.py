@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from spanspec.checking import display
+from spanspec.checks.check import display
 from spanspec.cli._common import add_common_options, emit, require_spec, source_name, write_or_check
 
 
@@ -31,15 +31,15 @@ def add(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from spanspec.docs import REFERENCE_FILE, render_reference
+    from spanspec.checks.docs import REFERENCE_FILE, render_reference
 
     spec, findings = require_spec(args)
     if spec is None:
         return emit(findings, args, title="spanspec docs")
     emitted = None
     if args.code:
-        from spanspec.codecheck import emitted_names
-        from spanspec.codescan import scan_paths
+        from spanspec.checks.codecheck import emitted_names
+        from spanspec.checks.codescan import scan_paths
 
         scan = scan_paths(args.code)
         if scan.findings:

@@ -1,4 +1,4 @@
-"""``spanspec groups EXPR``: what a group expression enables (see :mod:`spanspec.explain`)."""
+"""``spanspec groups EXPR``: what a group expression enables (see :mod:`spanspec.checks.explain`)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import json
 import sys
 from typing import Any
 
-from spanspec.checking import display
+from spanspec.checks.check import display
+from spanspec.checks.explain import explain_groups
 from spanspec.cli._common import add_common_options, emit, require_spec
-from spanspec.explain import explain_groups
 from spanspec.findings import SpecError
 
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from spanspec.checking import display
+from spanspec.checks.check import display
 from spanspec.cli._common import UsageError, add_common_options, emit, require_spec
 from spanspec.findings import SpecError, did_you_mean
 from spanspec.spec import Spec
@@ -45,8 +45,8 @@ def add(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from spanspec.livecheck import live_check
-    from spanspec.otlp_json import read_traces
+    from spanspec.traces.livecheck import live_check
+    from spanspec.traces.otlp_json import read_traces
 
     spec, findings = require_spec(args)
     if spec is None:

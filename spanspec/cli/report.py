@@ -27,7 +27,7 @@ def add(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import spanspec
-    from spanspec.report import ReportError, write_report
+    from spanspec.traces.report import ReportError, write_report
 
     try:
         spec = spanspec.load(args.registry) if args.registry else None

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from spanspec.checking import display
+from spanspec.checks.check import display
 from spanspec.cli._common import UsageError, write_or_check
 
 SCHEMA_FILE = "span_groups.schema.json"
@@ -29,7 +29,7 @@ def add(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from spanspec.schema import json_schema
+    from spanspec.registry.schema import json_schema
 
     text = json.dumps(json_schema(), indent=2) + "\n"
     if args.out is None:

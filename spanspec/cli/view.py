@@ -36,8 +36,8 @@ def add(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from spanspec.otlp_json import read_traces
-    from spanspec.view import render_waterfall, select_trace, traces
+    from spanspec.traces.otlp_json import read_traces
+    from spanspec.traces.view import render_waterfall, select_trace, traces
 
     read = read_traces(args.file)
     for f in read.findings:
@@ -75,8 +75,8 @@ def run(args: argparse.Namespace) -> int:
 def _write_chrome(args: argparse.Namespace, summaries: list[Any]) -> int:
     import json
 
-    from spanspec.timeline import to_chrome_trace
-    from spanspec.view import select_trace
+    from spanspec.traces.timeline import to_chrome_trace
+    from spanspec.traces.view import select_trace
 
     if not args.out:
         raise UsageError("--format chrome needs -o FILE (e.g. -o trace.json)")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from spanspec.otlp_json import read_traces
+from spanspec.traces.otlp_json import read_traces
 
 ROOT = Path(__file__).resolve().parents[2]
 GOOD, FAILED = 5, 200

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from spanspec.otlp_json import read_spans
+from spanspec.traces.otlp_json import read_spans
 from tests.backends import (
     STACK_VENV,
     grpo_command,

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import spanspec
-from spanspec.report import write_report
+from spanspec.traces.report import write_report
 from tests.unit.spanspec.fixtures.traces import split_worker_spans, write_traces
 
 ROOT = Path(__file__).resolve().parents[2]

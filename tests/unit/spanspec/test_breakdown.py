@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 import spanspec
-from spanspec.breakdown import compute_breakdown, step_breakdown
-from spanspec.otlp_json import SpanRecord
+from spanspec.traces.breakdown import compute_breakdown, step_breakdown
+from spanspec.traces.otlp_json import SpanRecord
 from tests.unit.spanspec.fixtures.traces import grpo_steps, write_traces
 
 S = 1_000_000_000  # nanoseconds in a second

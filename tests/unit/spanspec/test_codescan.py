@@ -1,4 +1,4 @@
-"""spanspec.codescan: span names and attributes in Python sources, checked without running them."""
+"""spanspec.checks.codescan: span names and attributes in Python sources, checked without running them."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 import spanspec
-from spanspec.codecheck import check_calls
-from spanspec.codescan import scan_paths, scan_source
-from spanspec.compile import compile_registry
-from spanspec.loader import load_registry
+from spanspec.checks.codecheck import check_calls
+from spanspec.checks.codescan import scan_paths, scan_source
+from spanspec.registry.compile import compile_registry
+from spanspec.registry.loader import load_registry
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -1,4 +1,4 @@
-"""spanspec.compile: template expansion, cross-reference checks, and the compiled tables."""
+"""spanspec.registry.compile: template expansion, cross-reference checks, and the compiled tables."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""spanspec.docs: the Markdown reference, and the freshness of the committed copy."""
+"""spanspec.checks.docs: the Markdown reference, and the freshness of the committed copy."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 import spanspec
-from spanspec.codecheck import emitted_names
-from spanspec.codescan import scan_paths, scan_source
-from spanspec.docs import render_reference
-from spanspec.schema import json_schema
+from spanspec.checks.codecheck import emitted_names
+from spanspec.checks.codescan import scan_paths, scan_source
+from spanspec.checks.docs import render_reference
+from spanspec.registry.schema import json_schema
 
 REPO = Path(__file__).resolve().parents[3]
 REFERENCE = REPO / "docs" / "observability" / "reference.md"
@@ -113,8 +113,8 @@ def test_cells_are_escaped_and_the_output_is_deterministic(tmp_path):
 
 
 def test_the_user_guide_names_every_setting_and_live_check_finding():
-    from spanspec import livecheck
     from spanspec.settings import DEFAULT_PREFIX, FIELDS
+    from spanspec.traces import livecheck
 
     guide = "\n".join(p.read_text(encoding="utf-8") for p in sorted(GUIDE.parent.glob("*.md")))
     for f in FIELDS:

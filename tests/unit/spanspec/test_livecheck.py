@@ -1,4 +1,4 @@
-"""spanspec.livecheck and spanspec.otlp_json on trace files written by the real SDK and exporter."""
+"""spanspec.traces.livecheck and spanspec.traces.otlp_json on trace files written by the real SDK and exporter."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 import pytest
 
 import spanspec
-from spanspec.livecheck import live_check
-from spanspec.otlp_json import attribute_value, read_spans, read_traces
+from spanspec.traces.livecheck import live_check
+from spanspec.traces.otlp_json import attribute_value, read_spans, read_traces
 from tests.unit.spanspec.fixtures.traces import grpo_steps, rewrite_lines, write_traces
 
 

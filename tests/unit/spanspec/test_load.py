@@ -19,7 +19,7 @@ import pytest
 
 import spanspec
 from spanspec.cli import main
-from spanspec.loader import parse_yaml
+from spanspec.registry.loader import parse_yaml
 
 HERE = Path(__file__).resolve().parent
 BAD = HERE / "fixtures" / "bad"

@@ -1,4 +1,4 @@
-"""spanspec.timeline (lanes, tracks, Chrome trace events) and spanspec.report's data."""
+"""spanspec.traces.timeline (lanes, tracks, Chrome trace events) and spanspec.traces.report's data."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import json
 import pytest
 
 import spanspec
-from spanspec.otlp_json import SpanRecord, read_spans
-from spanspec.report import ReportError, find_trace_files, report_data, write_report
-from spanspec.timeline import lanes, pack_tracks, to_chrome_trace
+from spanspec.traces.otlp_json import SpanRecord, read_spans
+from spanspec.traces.report import ReportError, find_trace_files, report_data, write_report
+from spanspec.traces.timeline import lanes, pack_tracks, to_chrome_trace
 from tests.unit.spanspec.fixtures.traces import grpo_steps, split_worker_spans, write_traces
 
 DRIVER = {"service.name": "nemo-rl", "rl.worker.group": "driver", "process.pid": 10}
@@ -146,7 +146,7 @@ def test_write_report_names_bad_input(run, tmp_path):
 def test_a_closing_script_tag_in_an_attribute_cannot_break_the_page(tmp_path):
     spans = [record("rl.grpo.step", "1", **{"rl.iteration": 0, "note": "</script><b>x"})]
     data = report_data(spans, spanspec.load())
-    from spanspec.report import render_report
+    from spanspec.traces.report import render_report
 
     page = render_report(data)
     assert "</script><b>" not in page and "<\\/script><b>x" in page

@@ -1,12 +1,12 @@
-"""spanspec.view: picking a trace and drawing it as a waterfall."""
+"""spanspec.traces.view: picking a trace and drawing it as a waterfall."""
 
 from __future__ import annotations
 
 import pytest
 
 import spanspec
-from spanspec.otlp_json import SpanRecord, read_spans
-from spanspec.view import render_waterfall, select_trace, traces
+from spanspec.traces.otlp_json import SpanRecord, read_spans
+from spanspec.traces.view import render_waterfall, select_trace, traces
 from tests.unit.spanspec.fixtures.traces import grpo_steps, write_traces
 
 

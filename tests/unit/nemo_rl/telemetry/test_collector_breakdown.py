@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from nemo_rl.telemetry.breakdown import compute_collector_breakdown
-from spanspec.otlp_json import SpanRecord
+from spanspec.traces.otlp_json import SpanRecord
 
 S = 1_000_000_000  # nanoseconds in a second
 

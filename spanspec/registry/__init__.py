@@ -19,8 +19,8 @@ def load(path: str | os.PathLike[str] | None = None) -> Spec:
     Raises:
         SpecError: listing every problem in the file, each with file, line and column.
     """
-    from spanspec.compile import compile_registry
-    from spanspec.loader import gc_paused, load_registry
+    from spanspec.registry.compile import compile_registry
+    from spanspec.registry.loader import gc_paused, load_registry
 
     path = default_registry_path() if path is None else path
     with gc_paused():
@@ -37,4 +37,4 @@ def default_registry_path() -> Path:
     env = os.environ.get("SPANSPEC_REGISTRY")
     if env:
         return Path(env)
-    return (Path(__file__).parent / "data" / "span_groups.yaml").resolve()
+    return (Path(__file__).parent.parent / "data" / "span_groups.yaml").resolve()

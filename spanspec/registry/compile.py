@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from spanspec.findings import Finding, Level, SpecError, a_type, did_you_mean
-from spanspec.loader import Located, gc_paused
-from spanspec.schema import MetricDecl, Registry, SpanDecl
+from spanspec.registry.loader import Located, gc_paused
+from spanspec.registry.schema import MetricDecl, Registry, SpanDecl
 from spanspec.spec import (
     ALGORITHM_PLACEHOLDER,
     AttributeDef,

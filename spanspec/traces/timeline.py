@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from spanspec.otlp_json import SpanRecord
+from spanspec.traces.otlp_json import SpanRecord
 
 __all__ = ["Lane", "lane_of", "lanes", "pack_tracks", "to_chrome_trace"]
 

@@ -79,7 +79,7 @@ def render_reference(
 
     ``source_name`` is how the registry is named in the header (not read; no paths of this
     machine end up in the file). ``emitted`` (the names the scanned code can emit, from
-    :func:`spanspec.codecheck.emitted_names`) makes the spans-per-algorithm table say what the
+    :func:`spanspec.checks.codecheck.emitted_names`) makes the spans-per-algorithm table say what the
     code really emits rather than what the registry declares.
     """
     declarations = _declarations(spec)

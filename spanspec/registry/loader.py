@@ -21,9 +21,9 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from spanspec._yaml_aliases import check_aliases
 from spanspec.findings import Finding, SpecError, as_yaml, did_you_mean, validation_message
-from spanspec.schema import Registry
+from spanspec.registry._aliases import check_aliases
+from spanspec.registry.schema import Registry
 
 __all__ = [
     "Located",

@@ -3,7 +3,7 @@
 The scan parses each file (``ast``, nothing is imported or run) and finds every call whose callee
 is the name ``span`` or ``traced`` or an attribute ``.span`` / ``.traced`` (``spanspec.span``,
 ``timer.span``) with a first positional argument. Then
-:func:`spanspec.codecheck.check_calls` checks them against a compiled :class:`~spanspec.spec.Spec`:
+:func:`spanspec.checks.codecheck.check_calls` checks them against a compiled :class:`~spanspec.spec.Spec`:
 
 - ``code.undeclared_span`` (violation): a literal name the registry does not declare;
 - ``code.non_literal_name`` (violation): a name that is not a string literal, a module-level

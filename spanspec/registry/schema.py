@@ -1,8 +1,8 @@
 """Pydantic models of the registry file (``schemas/span_groups.yaml``).
 
 These models check the *shape* of each entry. Checks that need the whole file (a span naming an
-undeclared group, a preset cycle, duplicate names after expansion) live in :mod:`spanspec.compile`.
-``spanspec.schema.json_schema()`` exports the JSON Schema for editors.
+undeclared group, a preset cycle, duplicate names after expansion) live in :mod:`spanspec.registry.compile`.
+``spanspec.registry.schema.json_schema()`` exports the JSON Schema for editors.
 """
 
 from __future__ import annotations

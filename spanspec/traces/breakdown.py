@@ -58,7 +58,7 @@ def compute_breakdown(spans: Iterable[object], spec: Spec) -> Breakdown:
     """Break step time down by phase and bucket.
 
     ``spans`` are records with ``name``, ``trace_id``, ``span_id``, ``parent_span_id``,
-    ``start_time_unix_nano`` and ``end_time_unix_nano`` (as read by :mod:`spanspec.otlp_json`).
+    ``start_time_unix_nano`` and ``end_time_unix_nano`` (as read by :mod:`spanspec.traces.otlp_json`).
     """
     by_id = {s.span_id: s for s in spans}
     children: dict[str, list[object]] = defaultdict(list)
@@ -163,7 +163,7 @@ def step_breakdown(
     every process of a job): a folder that several runs appended to reports the one asked for.
     ``str()`` of the result is the table the examples print.
     """
-    from spanspec import otlp_json
+    from spanspec.traces import otlp_json
 
     paths = [trace_files] if isinstance(trace_files, str | os.PathLike) else list(trace_files)
     spans = otlp_json.read_spans(paths)

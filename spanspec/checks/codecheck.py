@@ -1,7 +1,7 @@
-"""Span calls found by :mod:`spanspec.codescan`, checked against a compiled registry.
+"""Span calls found by :mod:`spanspec.checks.codescan`, checked against a compiled registry.
 
 The findings (``code.undeclared_span``, ``code.attribute_type``, ``code.unused_span``...) are
-listed in :mod:`spanspec.codescan`, which finds the calls; this module judges them.
+listed in :mod:`spanspec.checks.codescan`, which finds the calls; this module judges them.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from spanspec.codescan import IGNORE_COMMENT, UNKNOWN, CodeScan, SpanCall
+from spanspec.checks.codescan import IGNORE_COMMENT, UNKNOWN, CodeScan, SpanCall
 from spanspec.findings import Finding, a_type, did_you_mean
 from spanspec.spec import ALGORITHM_PLACEHOLDER, Spec
 
 if TYPE_CHECKING:
-    from spanspec.loader import Located
+    from spanspec.registry.loader import Located
 
 __all__ = ["check_calls", "emitted_names"]
 

@@ -5,7 +5,7 @@ the folder holding it, or a run folder above it. The page needs no network (no C
 images: inline CSS, SVG and a small script) and works opened from disk. It shows:
 
 - the step-time breakdown (phases, mean seconds, share, bucket) and the buckets as a bar, as
-  printed at the end of a run (:mod:`spanspec.breakdown`);
+  printed at the end of a run (:mod:`spanspec.traces.breakdown`);
 - every step as a bar split by bucket; clicking one, or the step picker, shows that step;
 - the picked step's waterfall with one lane per process (driver, each worker), a span's
   attributes on click;
@@ -25,11 +25,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from spanspec.breakdown import Breakdown, compute_breakdown
-from spanspec.otlp_json import TRACE_FILE, SpanRecord, read_traces, trace_files
 from spanspec.spec import Spec
-from spanspec.timeline import lane_of, lanes, pack_tracks
-from spanspec.view import ITERATION_ATTRIBUTE
+from spanspec.traces.breakdown import Breakdown, compute_breakdown
+from spanspec.traces.otlp_json import TRACE_FILE, SpanRecord, read_traces, trace_files
+from spanspec.traces.timeline import lane_of, lanes, pack_tracks
+from spanspec.traces.view import ITERATION_ATTRIBUTE
 
 __all__ = ["ReportError", "find_trace_files", "render_report", "report_data", "write_report"]
 
@@ -41,7 +41,7 @@ class ReportError(Exception):
 
 
 def find_trace_files(path: str | os.PathLike[str]) -> list[Path]:
-    """The trace files PATH names (see :func:`spanspec.otlp_json.trace_files`).
+    """The trace files PATH names (see :func:`spanspec.traces.otlp_json.trace_files`).
 
     Raises:
         ReportError: when PATH does not exist, holds no trace file, or cannot be looked into.
@@ -196,7 +196,9 @@ def report_data(
 
 def render_report(data: dict[str, Any]) -> str:
     """The HTML page for :func:`report_data`'s data (the template is package data)."""
-    template = resources.files("spanspec").joinpath("report_template.html").read_text("utf-8")
+    template = (
+        resources.files("spanspec.traces").joinpath("report_template.html").read_text("utf-8")
+    )
     # Inside <script>, "</" could end the element early; "<\/" means the same in JSON.
     payload = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
     return template.replace("{{TITLE}}", html.escape(str(data["title"]))).replace(

@@ -1,6 +1,6 @@
 """Live check: hold the spans a program emitted against the registry.
 
-For each span read from the file exporter's ``traces.jsonl`` (see :mod:`spanspec.otlp_json`):
+For each span read from the file exporter's ``traces.jsonl`` (see :mod:`spanspec.traces.otlp_json`):
 an undeclared name, a missing required attribute, an undeclared attribute, a value of the wrong
 type or outside the declared set, a sensitive value that was not redacted, and a span whose group
 was switched off are violations. Coverage per group (declared spans seen / declared) is
@@ -18,8 +18,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from spanspec.findings import Finding, SpecError, a_type, did_you_mean
-from spanspec.otlp_json import SpanRecord
 from spanspec.spec import REDACTED, AttributeDef, Spec
+from spanspec.traces.otlp_json import SpanRecord
 
 __all__ = [
     "GROUPS_RESOURCE_ATTRIBUTE",

@@ -19,7 +19,7 @@ from spanspec.registry import default_registry_path
 from spanspec.spec import Spec
 
 if TYPE_CHECKING:
-    from spanspec.loader import Located
+    from spanspec.registry.loader import Located
 
 __all__ = [
     "CONFIG_KEY",
@@ -67,8 +67,8 @@ class LoadedRegistry:
 
 def read_registry(path: str | os.PathLike[str]) -> LoadedRegistry:
     """Load and compile a registry file; its problems become findings, never an exception."""
-    from spanspec.compile import compile_registry
-    from spanspec.loader import load_registry
+    from spanspec.registry.compile import compile_registry
+    from spanspec.registry.loader import load_registry
 
     shown = display(path)
     result = LoadedRegistry(shown)
@@ -285,9 +285,9 @@ def check_files(
     The main registry is ``registry``, else the first registry among ``paths``, else the default;
     run configs are checked against it, other registries on their own.
     """
-    from spanspec.codecheck import check_calls
-    from spanspec.codescan import scan_paths
-    from spanspec.loader import parse_yaml
+    from spanspec.checks.codecheck import check_calls
+    from spanspec.checks.codescan import scan_paths
+    from spanspec.registry.loader import parse_yaml
 
     findings: list[Finding] = []
     registries: list[str] = []

@@ -15,7 +15,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from spanspec.otlp_json import SpanRecord
+from spanspec.traces.otlp_json import SpanRecord
 
 __all__ = ["STEP_PATTERN", "TraceSummary", "render_waterfall", "select_trace", "traces"]
 

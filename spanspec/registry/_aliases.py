@@ -1,6 +1,6 @@
 """YAML aliases, checked in linear time before anything reads the data: an alias inside its own
 anchor, or aliases that expand too far (a "billion laughs"), are one finding at the alias's
-line. A leaf under :mod:`spanspec.loader`."""
+line. A leaf under :mod:`spanspec.registry.loader`."""
 
 from __future__ import annotations
 
