@@ -2,8 +2,9 @@
 
     spec = spanspec.load("schemas/span_groups.yaml")
     spanspec.activate(spec, groups="per_step")
-    with spanspec.span("rl.grpo.rollout", **{"rl.iteration": 3}):
-        ...
+    with spanspec.span("rl.grpo.rollout", **{"rl.iteration": 3}) as s:
+        mean = ...
+        spanspec.annotate(s, **{"rl.reward.mean": mean})  # checked as span()'s keywords are
 
 Importing this package loads only the OpenTelemetry API; pydantic and PyYAML load when a
 registry file is read (:func:`load`), the OpenTelemetry SDK only in :mod:`spanspec.export`.
@@ -13,8 +14,18 @@ from __future__ import annotations
 
 from spanspec.findings import Finding, SpecError
 from spanspec.registry import load
-from spanspec.runtime import activate, deactivate, span, traced
+from spanspec.runtime import activate, annotate, deactivate, span, traced
 from spanspec.spec import Spec
 
-__all__ = ["Finding", "Spec", "SpecError", "activate", "deactivate", "load", "span", "traced"]
+__all__ = [
+    "Finding",
+    "Spec",
+    "SpecError",
+    "activate",
+    "annotate",
+    "deactivate",
+    "load",
+    "span",
+    "traced",
+]
 __version__ = "0.1.0"

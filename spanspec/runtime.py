@@ -19,7 +19,7 @@ from typing import Any, TypeVar, cast
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import Span, Status, StatusCode
+from opentelemetry.trace import INVALID_SPAN, Span, Status, StatusCode
 
 from spanspec import watchdog
 from spanspec._coerce import BAD, FAST_TYPES, coerce, describe
@@ -31,7 +31,7 @@ __all__ = [
     "REDACTED",
     "activate",
     "active_spec",
-    "active_tracer",
+    "annotate",
     "deactivate",
     "enabled_groups",
     "enabled_span_names",
@@ -43,16 +43,20 @@ __all__ = [
 
 DEFAULT_ENV_VAR = "NEMO_RL_OTEL_SPAN_GROUPS"
 _log = logging.getLogger("spanspec")
+# Bound once: the enabled path calls them on every span.
+_attach, _detach, _in_context = otel_context.attach, otel_context.detach, trace.set_span_in_context
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 class _NoOpSpan:
-    """The one object every disabled site returns: enter gives None, exit does nothing."""
+    """The one object every disabled site returns. Entering it gives OpenTelemetry's own
+    non-recording span (``INVALID_SPAN``): ``set_attribute``, ``add_link`` and :func:`annotate`
+    do nothing on it and ``is_recording()`` is False, so a caller never tests for None."""
 
     __slots__ = ()
 
-    def __enter__(self) -> None:
-        return None
+    def __enter__(self) -> Span:
+        return INVALID_SPAN
 
     def __exit__(self, *exc_info: object) -> bool:
         return False
@@ -88,7 +92,19 @@ class _Gate:
         }
 
     def clean(self, attributes: dict[str, Any]) -> dict[str, Any]:
-        """Declared, well-typed attributes; sensitive values redacted; the rest dropped or raised."""
+        """Declared, well-typed attributes; sensitive values redacted; the rest dropped or raised.
+
+        ``attributes`` (a ``**kwargs`` dict, the caller's own) comes back as it is when every
+        value is declared and of its exact type, the common case: no copy on the hot path.
+        """
+        types = self.types
+        for key, value in attributes.items():
+            fast = types.get(key)
+            if fast is None or type(value) not in fast:
+                return self._cleaned(attributes)
+        return attributes
+
+    def _cleaned(self, attributes: dict[str, Any]) -> dict[str, Any]:
         out = {}
         types = self.types
         for key, value in attributes.items():
@@ -149,35 +165,47 @@ class _LiveSpan:
     span its enter started and restores the context that enter found.
     """
 
-    __slots__ = ("_attributes", "_entered", "_gate", "_links")
+    __slots__ = ("_attributes", "_gate", "_links", "_outer", "_span", "_token")
 
     def __init__(self, gate: _Gate, attributes: dict[str, Any], links: Sequence[Any] = ()) -> None:
         self._gate = gate
         self._attributes = attributes
-        self._links = [x if isinstance(x, trace.Link) else trace.Link(x) for x in links]
-        self._entered: list[tuple[Span, object]] = []
+        self._links = links
+        self._span: Span | None = None
+        self._token: object = None
+        self._outer: list[tuple[Span | None, object]] | None = None  # entered again before exit
 
     def start(self) -> Span:
         """Start the span without making it current (for generators)."""
-        gate = self._gate
-        attrs = gate.clean(self._attributes) if self._attributes else None
-        return gate.tracer.start_span(gate.name, attributes=attrs, links=self._links or None)
+        gate, links = self._gate, self._links
+        return gate.tracer.start_span(
+            gate.name,
+            attributes=gate.clean(self._attributes) if self._attributes else None,
+            links=[x if isinstance(x, trace.Link) else trace.Link(x) for x in links]
+            if links
+            else None,
+        )
 
     def __enter__(self) -> Span:
         span = self.start()
-        self._entered.append((span, otel_context.attach(trace.set_span_in_context(span))))
+        if self._span is not None:
+            if self._outer is None:
+                self._outer = []
+            self._outer.append((self._span, self._token))
+        self._span, self._token = span, _attach(_in_context(span))
         return span
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
     ) -> bool:
-        span, token = self._entered.pop()
+        span, token = cast(Span, self._span), self._token
+        self._span, self._token = self._outer.pop() if self._outer else (None, None)
         # Not recording: shutdown already ended it as truncated (SIGTERM); leave it as it is.
         if span.is_recording():
             if exc is not None and not isinstance(exc, GeneratorExit):  # a generator closed
                 _fail(span, exc)
             span.end()
-        otel_context.detach(token)
+        _detach(token)
         return False
 
 
@@ -192,15 +220,20 @@ class _WatchedSpan(_LiveSpan):
         self._watched: list[Any] = []
 
     def start(self) -> Span:
-        gate = self._gate
+        gate, links = self._gate, self._links
         attrs = self._clean = gate.clean(self._attributes) if self._attributes else None
-        return gate.tracer.start_span(gate.name, attributes=attrs, links=self._links or None)
+        return gate.tracer.start_span(
+            gate.name,
+            attributes=attrs,
+            links=[x if isinstance(x, trace.Link) else trace.Link(x) for x in links]
+            if links
+            else None,
+        )
 
     def __enter__(self) -> Span:
         span = super().__enter__()
-        self._watched.append(
-            watchdog.watch(self._gate.name, cast(float, self._gate.bound), span, self._clean)
-        )
+        bound = cast(float, self._gate.bound)
+        self._watched.append(watchdog.watch(self._gate.name, bound, span, self._clean))
         return span
 
     def __exit__(
@@ -230,11 +263,6 @@ _lock = threading.Lock()
 _sensitive: frozenset[str] = frozenset()
 
 
-def active_tracer() -> trace.Tracer | None:
-    """Return the tracer the active spans start from, or None when spanspec is not active."""
-    return _tracer
-
-
 def sensitive_keys() -> frozenset[str]:
     """Return the attribute keys declared sensitive by every registry activated so far.
 
@@ -246,16 +274,19 @@ def sensitive_keys() -> frozenset[str]:
 
 def span(
     name: str, /, *, links: Sequence[Any] = (), **attributes: Any
-) -> AbstractContextManager[Span | None]:
+) -> AbstractContextManager[Span]:
     """Open the registry's span ``name`` as a context manager.
 
     ``links`` (OpenTelemetry ``SpanContext`` or ``Link`` objects) are the span's links: spans of
     other traces it depends on, such as the rollouts a training step consumed.
 
-    ``with span("rl.grpo.rollout", **{"rl.iteration": 3}) as s:`` gives the OpenTelemetry span,
-    or ``None`` when the span's group is off or spanspec is not active (then it costs one dict
-    lookup and returns a shared no-op object). An exception inside the block is recorded on the
-    span with error status and re-raised; the span is always ended.
+    ``with span("rl.grpo.rollout", **{"rl.iteration": 3}) as s:`` gives the OpenTelemetry span.
+    When the span's group is off or spanspec is not active it costs one dict lookup and gives
+    OpenTelemetry's non-recording span (``is_recording()`` False; ``set_attribute``,
+    ``add_link`` and :func:`annotate` do nothing on it), from one shared no-op object. Set
+    attributes known only later with :func:`annotate`, which checks them as this call does. An
+    exception inside the block is recorded on the span with error status and re-raised; the
+    span is always ended.
 
     Raises:
         SpecError: only in strict mode, for an undeclared name or attribute, or a wrong type.
@@ -272,6 +303,41 @@ def span(
     if gate is _UNDECLARED:
         gate = _undeclared(name)
     return gate.live(gate, attributes, links)
+
+
+def annotate(span: Span, /, **attributes: Any) -> None:
+    """Set attributes known only once a block has run (a reward mean, a byte count) on ``span``,
+    the span a ``with span(...) as s`` block gave.
+
+    The attributes go through the same checks as :func:`span`'s keyword attributes, against the
+    registry entry of the span's name: undeclared keys and values of the wrong type (or outside
+    ``allowed``) are dropped with a one-time warning, sensitive values are redacted here, at
+    source. On a span that does not record (its group is off, or spanspec is not active: the
+    non-recording span a disabled site gives) it does nothing, at the cost of one call.
+
+    Raises:
+        SpecError: only in strict mode, for an undeclared key, a wrong type, or a span that is
+            not one of the registry's.
+    """
+    if not span.is_recording():
+        return
+    name = getattr(span, "name", None)
+    gate = _gates.get(name) if isinstance(name, str) else None
+    if not isinstance(gate, _Gate):
+        gate = _undeclared_gates.get(name) if isinstance(name, str) else None
+    if gate is None:
+        message = (
+            f"annotate(): span {name!r} is not a span of the active registry; attributes not set"
+        )
+        if _strict:
+            raise SpecError([Finding("span.undeclared", message, file="<runtime>")])
+        with _warn_lock:
+            if (str(name), "") not in _warned:
+                _warned.add((str(name), ""))
+                _log.warning(message)
+        return
+    if attributes:
+        span.set_attributes(gate.clean(attributes))
 
 
 def _undeclared(name: str) -> _Gate:

@@ -62,6 +62,17 @@ def check_calls(
     suggestions = [*names, *{e.template for e in spec.spans.values()}]
     for call in scan.calls:
         where = {"file": call.file, "line": call.line, "col": call.col}
+        if call.late:  # annotate(): the span call it refers to reports its own name
+            matched = (
+                [call.name]
+                if call.name in spec.spans
+                else _declared_matches(call, spec, names)
+                if call.pattern is not None
+                else []
+            )
+            if matched:
+                findings.extend(_attribute_findings(spec, call, matched))
+            continue
         if call.name is not None:
             if call.name not in spec.spans:
                 hint = did_you_mean(call.name, suggestions)
@@ -157,7 +168,7 @@ def _attribute_findings(spec: Spec, call: SpanCall, matched: list[str]) -> list[
                     **where,
                 )
             )
-    if not call.dynamic_attributes:
+    if not call.dynamic_attributes and not call.late:
         given = {k for k, _ in call.attributes}
         missing = sorted({k for n in matched for k in spec.spans[n].required} - given)
         if missing:

@@ -14,6 +14,10 @@ is the name ``span`` or ``traced`` or an attribute ``.span`` / ``.traced`` (``sp
   attribute keys and literal values visible in the call (``**{"rl.iteration": 3}``, ``key=3``);
 - ``code.missing_required_attribute`` (improvement): a required attribute absent from a call whose
   attributes are all visible (it may still be set on the span later);
+- late attributes: ``annotate(s, **{...})`` where ``s`` is bound by ``with span("name") as s`` (or
+  ``timer.span(...) as s``) in the same function is checked like the attributes of that span
+  call; ``code.unresolved_annotate`` (information): an ``annotate`` whose span is not bound so,
+  whose keys cannot be checked;
 - ``code.unused_span`` (improvement; a violation for names matching ``require_used`` globs): a
   declared span no scanned call uses, reported at its declaration in the registry.
 
@@ -49,6 +53,7 @@ __all__ = [
 ]
 
 SPAN_FUNCTIONS = frozenset(("span", "traced"))
+ANNOTATE_FUNCTION = "annotate"
 IGNORE_COMMENT = "spanspec: ignore"
 _SKIP_DIRS = frozenset(("__pycache__", "node_modules", "site-packages"))
 UNKNOWN: Any = object()  # an attribute value not visible statically
@@ -74,6 +79,8 @@ class SpanCall:
     source: str = ""
     attributes: tuple[tuple[str, Any], ...] = ()
     dynamic_attributes: bool = False
+    late: bool = False
+    """An ``annotate(span, ...)`` call: its attributes are set on the span named here, later."""
 
 
 @dataclass
@@ -171,6 +178,7 @@ def scan_source(text: str, file: str = "<string>") -> CodeScan:
         scan.findings.append(_too_deep(file))
         return scan
     scan.calls = visitor.calls
+    scan.findings.extend(visitor.unresolved)
     return scan
 
 
@@ -214,29 +222,41 @@ class _Visitor(ast.NodeVisitor):
         self.constants = constants
         self.calls: list[SpanCall] = []
         self.functions: list[tuple[str, frozenset[str]]] = []
+        # Per function: variable -> the first argument of the span call bound to it by `with`.
+        self.bound: list[dict[str, ast.expr]] = [{}]
+        self.unresolved: list[Finding] = []
 
     def _visit_function(self, node: _FunctionNode) -> None:
         a = node.args
         params = [*a.posonlyargs, *a.args, *a.kwonlyargs, *filter(None, (a.vararg, a.kwarg))]
         name = getattr(node, "name", "<lambda>")
         self.functions.append((name, frozenset(p.arg for p in params)))
+        self.bound.append({})
         self.generic_visit(node)
+        self.bound.pop()
         self.functions.pop()
 
     visit_FunctionDef = _visit_function
     visit_AsyncFunctionDef = _visit_function
     visit_Lambda = _visit_function
 
+    def _visit_with(self, node: ast.With | ast.AsyncWith) -> None:
+        for item in node.items:
+            call, var = item.context_expr, item.optional_vars
+            if isinstance(call, ast.Call) and call.args and _callee(call) in SPAN_FUNCTIONS:
+                if isinstance(var, ast.Name):
+                    self.bound[-1][var.id] = call.args[0]
+        self.generic_visit(node)
+
+    visit_With = _visit_with
+    visit_AsyncWith = _visit_with
+
     def visit_Call(self, node: ast.Call) -> None:
         self.generic_visit(node)
-        func = node.func
-        callee = (
-            func.id
-            if isinstance(func, ast.Name)
-            else func.attr
-            if isinstance(func, ast.Attribute)
-            else None
-        )
+        callee = _callee(node)
+        if callee == ANNOTATE_FUNCTION and node.args:
+            self._annotate(node)
+            return
         if callee not in SPAN_FUNCTIONS or not node.args:
             return
         first = node.args[0]
@@ -244,13 +264,47 @@ class _Visitor(ast.NodeVisitor):
             return  # not a span name (e.g. re.Match.span(1))
         if self._ignored(node) or self._forwarded(first):
             return
+        self._record(callee, node, first)
+
+    def _annotate(self, node: ast.Call) -> None:
+        """``annotate(s, ...)``: checked as attributes of the span ``s`` was bound to."""
+        if self._ignored(node):
+            return
+        target = node.args[0]
+        first = self.bound[-1].get(target.id) if isinstance(target, ast.Name) else None
+        if first is None:
+            source = ast.get_source_segment(self.text, target) or ast.unparse(target)
+            self.unresolved.append(
+                Finding(
+                    "code.unresolved_annotate",
+                    f"annotate(): cannot tell which span {source} is (bind it with "
+                    "`with span(...) as name` in the same function), so its keys are not checked",
+                    level="information",
+                    file=self.file,
+                    line=target.lineno,
+                    col=target.col_offset + 1,
+                )
+            )
+            return
+        self._record(ANNOTATE_FUNCTION, node, first, at=target, late=True)
+
+    def _record(
+        self,
+        callee: str,
+        node: ast.Call,
+        first: ast.expr,
+        at: ast.expr | None = None,
+        late: bool = False,
+    ) -> None:
         source = ast.get_source_segment(self.text, first) or ast.unparse(first)
+        where = at or first
         common: dict[str, Any] = {
             "function": callee,
             "file": self.file,
-            "line": first.lineno,
-            "col": first.col_offset + 1,
+            "line": where.lineno,
+            "col": where.col_offset + 1,
             "source": source,
+            "late": late,
         }
         attributes, dynamic = _attributes(node)
         common.update(attributes=attributes, dynamic_attributes=dynamic)
@@ -273,6 +327,14 @@ class _Visitor(ast.NodeVisitor):
         return any(
             fname in SPAN_FUNCTIONS and first.id in params for fname, params in self.functions
         )
+
+
+def _callee(call: ast.Call) -> str | None:
+    """``span`` for ``span(...)``, ``spanspec.span(...)`` and ``timer.span(...)``."""
+    func = call.func
+    if isinstance(func, ast.Name):
+        return func.id
+    return func.attr if isinstance(func, ast.Attribute) else None
 
 
 def _attributes(call: ast.Call) -> tuple[tuple[tuple[str, Any], ...], bool]:

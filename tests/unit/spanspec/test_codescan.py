@@ -232,3 +232,50 @@ def test_the_repository_code_uses_only_declared_names(spec):
     violations = [str(f) for f in check_calls(spec, scan) if f.level == "violation"]
     assert violations == []
     assert len(scan.calls) > 0
+
+
+def test_annotate_keys_are_checked_against_the_span_its_with_binds(spec):
+    findings = check(
+        spec,
+        """
+        import spanspec
+
+        def step(timer, other):
+            with timer.span("rl.grpo.reward", **{"rl.iteration": 1}) as s:
+                spanspec.annotate(s, **{"rl.reward.mean": 0.5})
+                spanspec.annotate(s, **{"rl.colour": 1})
+            with spanspec.span("rl.grpo.evaluate", **{"rl.iteration": 1}) as e:
+                spanspec.annotate(e, **{"rl.eval.accuracy": "high"})
+            spanspec.annotate(other, **{"anything": 1})
+        """,
+    )
+    undeclared = only(findings, "code.undeclared_attribute")
+    assert (undeclared.line, undeclared.col) == (7, 27)  # at the span argument
+    assert undeclared.message == (
+        "annotate(): attribute 'rl.colour' is not declared for span 'rl.grpo.reward'"
+    )
+    typed = only(findings, "code.attribute_type")
+    assert (
+        "attribute 'rl.eval.accuracy' of span 'rl.grpo.evaluate' must be a float" in typed.message
+    )
+    unresolved = only(findings, "code.unresolved_annotate")
+    assert unresolved.level == "information" and unresolved.line == 10
+    # A late attribute is never "missing": the span call's own required keys are checked there.
+    assert not [f for f in findings if f.id == "code.missing_required_attribute"]
+
+
+def test_a_binding_is_local_to_its_function(spec):
+    findings = check(
+        spec,
+        """
+        import spanspec
+
+        def a(timer):
+            with timer.span("rl.grpo.reward", **{"rl.iteration": 1}) as s:
+                pass
+
+        def b(s):
+            spanspec.annotate(s, **{"rl.reward.mean": 0.5})
+        """,
+    )
+    assert [f.id for f in findings] == ["code.unresolved_annotate"]

@@ -37,7 +37,10 @@ def test_before_activate_every_site_is_the_shared_noop():
     second = spanspec.span("not.declared.anywhere")
     assert first is second is runtime.NOOP
     with first as s:
-        assert s is None
+        # OpenTelemetry's own non-recording span: late attributes and links need no None check.
+        assert s is trace.INVALID_SPAN and not s.is_recording()
+        s.set_attribute("anything", 1)
+        spanspec.annotate(s, **{"rl.reward.mean": 0.5})
     assert not runtime.is_active()
 
 
@@ -45,7 +48,8 @@ def test_group_off_returns_noop_and_emits_nothing(spec):
     with capture(spec, groups="default") as spans:
         assert spanspec.span(ROLLOUT) is runtime.NOOP
         with spanspec.span(ROLLOUT) as s:
-            assert s is None
+            assert s is trace.INVALID_SPAN and not s.is_recording()
+            spanspec.annotate(s, **{"undeclared.key": 1})  # off: not even checked
         with spanspec.span("rl.grpo.checkpoint", **{"rl.iteration": 0}):
             pass
     assert spans.names() == ["rl.grpo.checkpoint"]
@@ -152,6 +156,55 @@ def test_sensitive_attribute_is_redacted_and_allowed_values_enforced(spec):
         "enduser.id": "[REDACTED]",
     }
     assert spans.one("rl.vllm.generate_text").attributes["gen_ai.prompt"] == "[REDACTED]"
+
+
+def test_annotate_checks_late_attributes_as_span_does(spec):
+    with capture(spec, groups="all", strict=True) as spans:
+        with spanspec.span("rl.grpo.reward", **{"rl.iteration": 2}) as s:
+            spanspec.annotate(s, **{"rl.reward.mean": 0.25})
+            with pytest.raises(
+                spanspec.SpecError,
+                match=re.escape("span 'rl.grpo.reward': attribute 'rl.colour' is not declared"),
+            ):
+                spanspec.annotate(s, **{"rl.colour": "red"})
+            with pytest.raises(spanspec.SpecError, match="must be a float, got str 'high'"):
+                spanspec.annotate(s, **{"rl.reward.mean": "high"})
+        with spanspec.span("rl.grpo.job", **{"rl.algorithm": "grpo"}) as job:
+            spanspec.annotate(job, **{"enduser.id": "alice", "rl.max_steps": 3})
+            with pytest.raises(spanspec.SpecError, match=re.escape("rl.algorithm")):
+                spanspec.annotate(job, **{"rl.algorithm": "sac"})  # outside `allowed`
+    assert dict(spans.one("rl.grpo.reward").attributes) == {
+        "rl.iteration": 2,
+        "rl.reward.mean": 0.25,
+    }
+    # Redacted at source: the sensitive value never reaches the span, whatever exports it.
+    assert dict(spans.one("rl.grpo.job").attributes) == {
+        "rl.algorithm": "grpo",
+        "enduser.id": "[REDACTED]",
+        "rl.max_steps": 3,
+    }
+
+
+def test_annotate_lenient_drops_bad_keys_with_one_warning(spec, caplog):
+    caplog.set_level(logging.WARNING, logger="spanspec")
+    with capture(spec, groups="all", strict=False) as spans:
+        for mean in (0.5, 0.75):
+            with spanspec.span("rl.grpo.reward", **{"rl.iteration": 0}) as s:
+                spanspec.annotate(s, **{"rl.reward.mean": mean, "rl.colour": "red"})
+    assert [s.attributes["rl.reward.mean"] for s in spans.named("rl.grpo.reward")] == [0.5, 0.75]
+    assert all("rl.colour" not in s.attributes for s in spans.named("rl.grpo.reward"))
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("'rl.colour' is not declared" in m for m in messages) == 1
+
+
+def test_annotate_refuses_a_span_that_is_not_the_registrys(spec):
+    provider = TracerProvider()
+    foreign = provider.get_tracer("other").start_span("not.from.spanspec")
+    with capture(spec, groups="all", strict=True):
+        with pytest.raises(spanspec.SpecError, match="not a span of the active registry"):
+            spanspec.annotate(foreign, **{"rl.iteration": 1})
+    foreign.end()
+    assert "rl.iteration" not in foreign.attributes
 
 
 def test_numeric_types_are_coerced_but_bool_is_not_an_int(spec):
