@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from nemo_rl.algorithms import distillation
-from nemo_rl.algorithms.common import RunSummary
+from nemo_rl.algorithms.common import RunResult
 from nemo_rl.entrypoint import Loop, run_loop
 from nemo_rl.utils.config import ConfigError
 
@@ -58,7 +58,7 @@ def train_teacher(cfg: distillation.MasterConfig) -> str:
     return final
 
 
-def run(cfg: distillation.MasterConfig, job_attributes: dict[str, Any]) -> RunSummary:
+def run(cfg: distillation.MasterConfig, job_attributes: dict[str, Any]) -> RunResult:
     """Trains the teacher first when no checkpoint is given, then runs the distillation job."""
     if not cfg.teacher.checkpoint:
         teacher = {**cfg.teacher.model_dump(), "checkpoint": train_teacher(cfg)}

@@ -30,7 +30,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from nemo_rl.algorithms.common import RunSummary
+from nemo_rl.algorithms.common import RunResult
 from nemo_rl.distributed import WorkerDied
 from nemo_rl.telemetry import init_telemetry_driver, job_cost, shutdown_telemetry
 from nemo_rl.utils.config import ConfigError, load_config
@@ -54,8 +54,9 @@ class Loop:
     """The algorithm (``grpo``, ``sft``, ...): the config section and ``rl.algorithm``."""
     config: type[BaseModel]
     """The run config model (``MasterConfig`` of the algorithm's module)."""
-    run: Callable[[Any, dict[str, Any]], RunSummary]
-    """``run(cfg, job_attributes)``: opens the loop's job span, sets up, trains, tears down."""
+    run: Callable[[Any, dict[str, Any]], RunResult]
+    """``run(cfg, job_attributes)``: opens the loop's job span, sets up, trains, tears down;
+    returns the summary and the workers' telemetry costs."""
     default_config: str
     """The config file used when ``--config`` is not given."""
     report: Callable[[str, str | None], str] | None = None
@@ -93,7 +94,7 @@ def run_loop(loop: Loop, argv: Sequence[str] | None = None, doc: str | None = No
         job_attrs["enduser.id"] = settings.user_id
     try:
         with terminate:
-            summary = loop.run(cfg, job_attrs)
+            result = loop.run(cfg, job_attrs)
     except ConfigError as e:  # found only once data or a checkpoint was read
         return _fail(str(e), EXIT_BAD_INPUT, shutdown=True)
     except _worker_errors() as e:
@@ -112,10 +113,10 @@ def run_loop(loop: Loop, argv: Sequence[str] | None = None, doc: str | None = No
         return _fail("terminated by SIGTERM", EXIT_TERMINATED, shutdown=True)
     stats = _shutdown()
 
-    for line in summary.lines():
+    for line in result.summary.lines():
         print(line)
     if settings.enabled:
-        print(job_cost(stats).line())
+        print(job_cost(stats, result.worker_costs).line())
     print(f"metrics: {os.path.join(cfg.logger.log_dir, 'metrics.jsonl')}")
     trace_file = os.path.join(settings.file_dir, "traces.jsonl")
     if settings.enabled and "file" in settings.exporters and os.path.exists(trace_file):

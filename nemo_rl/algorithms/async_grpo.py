@@ -23,7 +23,6 @@ that load pauses it.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections import deque
@@ -36,25 +35,9 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 import spanspec
+from nemo_rl.algorithms import common
 from nemo_rl.algorithms.advantages import group_normalized_advantages
-from nemo_rl.algorithms.common import (
-    RunSummary,
-    Task,
-    checkpoint_manager,
-    encode_prompts,
-    exact_match,
-    log_step,
-    log_validation,
-    make_task,
-    num_micro_batches,
-    read_checkpoint,
-    score_responses,
-    spawn_policy,
-    stop_workers,
-    train_in_job,
-    wait_ready,
-    write_checkpoint,
-)
+from nemo_rl.algorithms.common import RunResult, RunSummary, Task
 from nemo_rl.algorithms.grpo import GRPOConfig, RolloutRunConfig, step_metrics
 from nemo_rl.algorithms.loss_functions import ClippedPGLoss
 from nemo_rl.data import PromptIterator
@@ -71,7 +54,8 @@ from nemo_rl.models.generation.interface import GenerationOutput, num_bytes
 from nemo_rl.models.generation.torch_backend import TorchGeneration
 from nemo_rl.utils.checkpoint import CheckpointManager
 from nemo_rl.utils.logger import Logger
-from nemo_rl.utils.timer import Timer, annotate
+from nemo_rl.utils.timer import Timer
+from spanspec.export import TelemetryCost
 
 __all__ = [
     "AsyncGRPOConfig",
@@ -219,7 +203,7 @@ class TrajectoryCollector:
 
     def __init__(self, cfg: MasterConfig, buffer: Any) -> None:
         a = cfg.async_grpo
-        self.task = make_task(cfg.env, a.seed)
+        self.task = common.make_task(cfg.env, a.seed)
         tok = self.task.tokenizer
         # Built from the policy's seed: the same weights as the policy (version 0). Its
         # constructor starts this process's telemetry as a generation worker.
@@ -280,7 +264,7 @@ class TrajectoryCollector:
     def _rollout(self, target: int) -> None:
         P, G, v = self.P, self.G, self.version
         problems = [p for p in self.data.next_batch(P) for _ in range(G)]
-        input_ids, attention_mask = encode_prompts(self.task, problems)
+        input_ids, attention_mask = common.encode_prompts(self.task, problems)
         tag = {"rl.iteration": target, "rl.async.weight_version": v}
         links = [self._weights_from.context()] if self._weights_from else []
         with spanspec.span(
@@ -293,13 +277,16 @@ class TrajectoryCollector:
             with spanspec.span("rl.async_grpo.generation", **tag, **{"rl.batch_size": P * G}) as s:
                 with self._model_lock:
                     # The sampling seed depends only on the step it is for, as in sync GRPO.
+                    seed = common.step_seed(self.seed, target)
                     out: GenerationOutput = self.model.generate(
-                        input_ids, attention_mask, seed=self.seed * 1_000_003 + target
+                        input_ids, attention_mask, seed=seed
                     )
-                annotate(s, **{"rl.num_tokens": int(out["attention_mask"].sum())})
+                spanspec.annotate(s, **{"rl.num_tokens": common.num_tokens(out)})
             with spanspec.span("rl.async_grpo.reward", **tag) as s:
-                rewards, exact = score_responses(self.task, out, problems, input_ids.shape[1])
-                annotate(s, **{"rl.reward.mean": float(rewards.mean())})
+                rewards, exact = common.score_responses(
+                    self.task, out, problems, input_ids.shape[1]
+                )
+                spanspec.annotate(s, **{"rl.reward.mean": float(rewards.mean())})
         groups = [
             TrajectoryGroup(
                 out["output_ids"][rows],
@@ -377,30 +364,32 @@ class AsyncGRPOSetup:
     """Ray actor handle of the ``ReplayBuffer``."""
     collector: Any
     """Ray actor handle of the ``TrajectoryCollector``."""
-    logger: Logger
     checkpoints: CheckpointManager | None
+    logger: Logger
+    """Opened at ``start_step``."""
     start_step: int = 0
+    """Steps already done: those of the checkpoint the run resumed from, else 0."""
     timer: Timer = field(default_factory=Timer)
     collecting: Any = None
     """The collector's ``run`` call in flight (an ``ObjectRef``; ready only if it ended)."""
 
 
 def setup(cfg: MasterConfig) -> AsyncGRPOSetup:
-    """Builds the task, the policy worker, the replay buffer and the collector, and resumes from
-    the latest checkpoint when there is one; returns the ``AsyncGRPOSetup``.
+    """Builds the task, the policy worker, the replay buffer and the collector, resumes from the
+    latest checkpoint when there is one, and opens the logger at the step it resumed from;
+    returns the ``AsyncGRPOSetup``.
 
     Starts (or joins) Ray if needed. Raises whatever a worker raises while starting.
     """
     init_ray(num_cpus=cfg.cluster.num_cpus, address=cfg.cluster.address)
     a = cfg.async_grpo
-    task = make_task(cfg.env, a.seed)
+    task = common.make_task(cfg.env, a.seed)
     timer = Timer()
     with timer.span("rl.async_grpo.model_init", **{"rl.model": cfg.policy.model_name}):
-        loss = ClippedPGLoss(a.loss, temperature=cfg.generation.temperature)
+        temperature = cfg.generation.temperature
+        loss = ClippedPGLoss(a.loss, temperature=temperature)
         vocab = task.tokenizer.vocab_size
-        policy = spawn_policy(
-            cfg.policy, cfg.cluster, vocab, a.seed, loss, cfg.generation.temperature
-        )
+        policy = common.spawn_policy(cfg.policy, cfg.cluster, vocab, a.seed, loss, temperature)
         buffer = spawn_actor(ReplayBuffer, a.buffer_size, num_cpus=0, max_concurrency=4)
         collector = spawn_actor(
             TrajectoryCollector,
@@ -409,40 +398,38 @@ def setup(cfg: MasterConfig) -> AsyncGRPOSetup:
             num_cpus=cfg.cluster.worker_num_cpus,
             max_concurrency=4,
         )
-        wait_ready(policy, buffer, collector)
-    s = AsyncGRPOSetup(
-        cfg=cfg,
-        task=task,
-        policy=policy,
-        buffer=buffer,
-        collector=collector,
-        logger=None,  # type: ignore[arg-type]  # made below, once the start step is known
-        checkpoints=checkpoint_manager(cfg.checkpointing, cfg.logger),
-        timer=timer,
-    )
-    if s.checkpoints is not None and (latest := s.checkpoints.latest()) is not None:
-        load_checkpoint(s, latest)
-    s.logger = Logger(cfg.logger, a.max_steps, initial_step=s.start_step, desc="async_grpo")
-    if s.start_step:
-        s.logger.print(
-            f"resumed after step {s.start_step}: the replay buffer starts empty (trajectories "
+        common.wait_ready(policy, buffer, collector)
+    checkpoints = common.checkpoint_manager(cfg.checkpointing, cfg.logger)
+    start_step = 0
+    if checkpoints is not None and (latest := checkpoints.latest()) is not None:
+        with timer.span("rl.async_grpo.load_checkpoint", **common.resume_attributes(latest)):
+            # The policy's weights go to the collector as version `step`, with its data position.
+            state = common.read_checkpoint(latest, {"policy": policy})
+            start_step = int(state["step"])
+            ask(call(collector.load_data_state, state["data"]), "the trajectory collector")
+            weights = call(collector.update_weights, call(policy.state_dict), start_step)
+            ask(weights, "the trajectory collector")
+    logger = common.open_logger(cfg.logger, "async_grpo", a.max_steps, start_step)
+    if start_step:
+        logger.print(
+            f"resumed after step {start_step}: the replay buffer starts empty (trajectories "
             "sampled but not trained on before the checkpoint are not restored)"
         )
-    return s
+    return AsyncGRPOSetup(
+        cfg, task, policy, buffer, collector, checkpoints, logger, start_step, timer
+    )
 
 
-def teardown(s: AsyncGRPOSetup) -> None:
-    """Stops the collector, flushes the workers' telemetry, stops them and closes the logger."""
-    stop_workers(s.collector, s.policy, s.buffer)
-    if s.logger is not None:
-        s.logger.close()
+def teardown(s: AsyncGRPOSetup) -> list[TelemetryCost]:
+    """Stops the collector, flushes the workers' telemetry, stops them and closes the logger;
+    returns what each worker's telemetry cost."""
+    return common.close_run(s.logger, s.collector, s.policy, s.buffer)
 
 
-def run(cfg: MasterConfig, job_attributes: dict[str, Any]) -> RunSummary:
-    """The whole job inside its ``rl.async_grpo.job`` span: setup, train, teardown; returns the
-    summary."""
+def run(cfg: MasterConfig, job_attributes: dict[str, Any]) -> RunResult:
+    """The whole job inside its ``rl.async_grpo.job`` span: setup, train, teardown."""
     with spanspec.span("rl.async_grpo.job", **job_attributes):
-        return train_in_job(cfg, setup, async_grpo_train, teardown)
+        return common.train_in_job(cfg, setup, async_grpo_train, teardown)
 
 
 # -- the loop -----------------------------------------------------------------------------------
@@ -458,14 +445,10 @@ def async_grpo_train(s: AsyncGRPOSetup) -> RunSummary:
     cfg, timer, a = s.cfg, s.timer, s.cfg.async_grpo
     P, G = a.num_prompts_per_step, a.num_generations_per_prompt
     summary = RunSummary(start_step=s.start_step)
-    if s.start_step >= a.max_steps:
-        s.logger.print(
-            f"resumed after step {s.start_step}: async_grpo.max_steps={a.max_steps} is reached, "
-            "nothing to train (raise async_grpo.max_steps, or start in a new logger.log_dir)"
-        )
+    if common.nothing_left(s.logger, "async_grpo", s.start_step, a.max_steps):
         return summary
     if a.val_at_start and s.start_step == 0:
-        log_validation(s.logger, summary, 0, {"accuracy": validate(s, iteration=0)})
+        common.log_validation(s.logger, summary, 0, {"accuracy": validate(s, iteration=0)})
 
     # From here on the collector samples ahead, in its own process, until teardown.
     s.collecting = call(s.collector.run, s.start_step, a.max_steps)
@@ -478,17 +461,18 @@ def async_grpo_train(s: AsyncGRPOSetup) -> RunSummary:
             # WAIT until the buffer holds one step's groups sampled at most max_age versions ago.
             with timer.span("rl.async_grpo.wait_for_trajectories", **it) as span:
                 groups, dropped, depth = take_batch(s, step)
-                annotate(span, **{"rl.async.queue_size": depth})
+                spanspec.annotate(span, **{"rl.async.queue_size": depth})
             age = max(step - g.weight_version for g in groups)
-            annotate(step_span, **{"rl.async.trajectory_age": age, "rl.async.queue_size": depth})
-            if step_span is not None:  # links are known only now, after the wait
-                for rollout in dict.fromkeys(g.rollout for g in groups if g.rollout):
-                    step_span.add_link(rollout.context())
+            spanspec.annotate(
+                step_span, **{"rl.async.trajectory_age": age, "rl.async.queue_size": depth}
+            )
+            for rollout in dict.fromkeys(g.rollout for g in groups if g.rollout):
+                step_span.add_link(rollout.context())  # known only now, after the wait
 
             with timer.span("rl.async_grpo.data_processing", **it, **{"rl.batch_size": P * G}):
                 batch, rewards = collate(groups, s.task.tokenizer.pad_token_id)
                 exact = sum(g.exact for g in groups) / len(groups)
-                num_tokens = int(batch["attention_mask"].sum())
+                num_tokens = int(batch["attention_mask"].sum())  # as common.num_tokens counts
             batch_ref = ray.put(batch)
             with timer.span("rl.async_grpo.logprob", **it, **{"rl.batch_size": P * G}):
                 batch["prev_logprobs"] = ray.get(call(s.policy.get_logprobs, batch_ref))
@@ -498,21 +482,26 @@ def async_grpo_train(s: AsyncGRPOSetup) -> RunSummary:
                 batch["advantages"] = group_normalized_advantages(
                     rewards, G, normalize_std=a.normalize_rewards
                 )
-            n_micro = num_micro_batches(cfg.policy, P * G)
-            size = {"rl.batch_size": P * G, "rl.num_micro_batches": n_micro}
-            with timer.span("rl.async_grpo.policy_update", **it, **size):
+            with timer.span(
+                "rl.async_grpo.policy_update", **it, **{"rl.batch_size": P * G}
+            ) as span:
                 train_metrics = ray.get(call(s.policy.train, batch))
+                spanspec.annotate(
+                    span, **{"rl.num_micro_batches": train_metrics["num_micro_batches"]}
+                )
 
             # WEIGHT SYNC: version step + 1 goes to the collector, which keeps sampling meanwhile.
             with timer.span("rl.async_grpo.weight_sync", **it) as span:
                 weights = call(s.collector.update_weights, call(s.policy.state_dict), step + 1)
-                annotate(span, **{"rl.weight_sync.num_bytes": ask_collector(s, weights)})
+                num_bytes = ask(weights, "the trajectory collector")
+                spanspec.annotate(span, **{"rl.weight_sync.num_bytes": num_bytes})
 
             done = step + 1
-            if a.val_period and done % a.val_period == 0:
-                log_validation(s.logger, summary, done, {"accuracy": validate(s, iteration=step)})
-            if s.checkpoints is not None and (
-                done % cfg.checkpointing.save_period == 0 or done == a.max_steps
+            if common.is_due(done, a.val_period):
+                accuracy = validate(s, iteration=step)
+                common.log_validation(s.logger, summary, done, {"accuracy": accuracy})
+            if s.checkpoints is not None and common.is_due(
+                done, cfg.checkpointing.save_period, a.max_steps
             ):
                 save_checkpoint(s, iteration=step)
 
@@ -525,7 +514,7 @@ def async_grpo_train(s: AsyncGRPOSetup) -> RunSummary:
             {**queue, "dropped_stale": dropped, "trajectory_age": age}, step=done, prefix="async"
         )
         last_depth = depth
-        log_step(s.logger, done, metrics, timing, step_time)
+        common.log_step(s.logger, done, metrics, timing, step_time)
         summary.add({"reward": metrics["reward_mean"]})
     return summary
 
@@ -578,13 +567,13 @@ def check_collector(s: AsyncGRPOSetup) -> None:
     raise WorkerDied("the trajectory collector stopped sampling before training ended")
 
 
-def ask_collector(s: AsyncGRPOSetup, ref: Any, timeout_s: float = 120.0) -> Any:
-    """Returns the result of a call to the collector; raises ``WorkerDied`` naming the collector
-    if it died or did not answer in ``timeout_s``."""
+def ask(ref: Any, who: str, timeout_s: float = 120.0) -> Any:
+    """Returns the result of a call to the actor ``who`` names (``the trajectory collector``);
+    raises ``WorkerDied`` naming it if it died or did not answer in ``timeout_s``."""
     try:
         return ray.get(ref, timeout=timeout_s)
     except (RayActorError, GetTimeoutError) as e:
-        raise WorkerDied(f"the trajectory collector died: {_first_line(e)}") from None
+        raise WorkerDied(f"{who} died: {_first_line(e)}") from None
 
 
 def collate(
@@ -613,8 +602,8 @@ def validate(s: AsyncGRPOSetup, iteration: int) -> float:
         "rl.async_grpo.evaluate",
         **{"rl.iteration": iteration, "rl.eval.num_samples": len(problems)},
     ) as span:
-        accuracy = exact_match(s.collector, s.task, problems)
-        annotate(span, **{"rl.eval.accuracy": accuracy})
+        accuracy = common.exact_match(s.collector, s.task, problems)
+        spanspec.annotate(span, **{"rl.eval.accuracy": accuracy})
     return accuracy
 
 
@@ -622,27 +611,11 @@ def save_checkpoint(s: AsyncGRPOSetup, iteration: int) -> str:
     """Writes the checkpoint after step ``iteration`` (policy, optimiser, the collector's data
     position, step, RNG); returns its folder. The buffer's contents are not saved."""
     assert s.checkpoints is not None
-    done = iteration + 1
-    final = os.path.join(s.checkpoints.root, f"step_{done}")
     with s.timer.span(
-        "rl.async_grpo.checkpoint",
-        **{"rl.iteration": iteration, "rl.checkpoint.path": final, "rl.checkpoint.step": done},
+        "rl.async_grpo.checkpoint", **common.checkpoint_attributes(s.checkpoints, iteration)
     ):
-        data = ask_collector(s, call(s.collector.data_state))
-        return write_checkpoint(s.checkpoints, done, {"policy": s.policy}, data)
-
-
-def load_checkpoint(s: AsyncGRPOSetup, path: str) -> None:
-    """Restores the checkpoint at ``path`` into the policy and the collector (weights as version
-    ``step``, data position); sets ``s.start_step``."""
-    step = CheckpointManager.load_trainer_state(path)["step"]
-    with s.timer.span(
-        "rl.async_grpo.load_checkpoint", **{"rl.checkpoint.path": path, "rl.checkpoint.step": step}
-    ):
-        state = read_checkpoint(path, {"policy": s.policy})
-        ask_collector(s, call(s.collector.load_data_state, state["data"]))
-        ask_collector(s, call(s.collector.update_weights, call(s.policy.state_dict), step))
-        s.start_step = int(state["step"])
+        data = ask(call(s.collector.data_state), "the trajectory collector")
+        return common.write_checkpoint(s.checkpoints, iteration + 1, {"policy": s.policy}, data)
 
 
 def _first_line(e: BaseException) -> str:

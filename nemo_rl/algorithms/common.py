@@ -24,7 +24,7 @@ from nemo_rl.models.causal_lm import ModelConfig
 from nemo_rl.models.generation.interface import GenerationConfig, GenerationOutput
 from nemo_rl.models.generation.torch_backend import TorchGeneration
 from nemo_rl.models.policy import LossFunction, PolicyConfig, PolicyWorker
-from nemo_rl.telemetry import TelemetryConfig, add_worker_costs
+from nemo_rl.telemetry import TelemetryConfig, record_metrics
 from nemo_rl.utils.checkpoint import (
     CheckpointConfig,
     CheckpointManager,
@@ -32,7 +32,7 @@ from nemo_rl.utils.checkpoint import (
     set_rng_state,
 )
 from nemo_rl.utils.logger import Logger, LoggerConfig
-from nemo_rl.utils.timer import annotate
+from spanspec.export import TelemetryCost
 
 __all__ = [
     "ClusterConfig",
@@ -40,6 +40,7 @@ __all__ = [
     "LoopConfig",
     "OnPolicyLoopConfig",
     "RunConfig",
+    "RunResult",
     "RunSections",
     "RunSummary",
     "Task",
@@ -57,7 +58,8 @@ __all__ = [
     "log_validation",
     "make_task",
     "nothing_left",
-    "num_micro_batches",
+    "num_tokens",
+    "open_logger",
     "read_checkpoint",
     "response_batch",
     "restore_checkpoint",
@@ -221,13 +223,15 @@ def batch_attributes(num_prompts: int, num_generations: int) -> dict[str, int]:
 
 
 def generate(
-    generation: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, seed: int, span: Any
+    generation: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, seed: int
 ) -> GenerationOutput:
-    """Samples one response per row from the ``generation`` actor with ``seed``; sets the tokens
-    it holds (``rl.num_tokens``) on ``span`` (the loop's generation span, or None)."""
-    out = ray.get(call(generation.generate, input_ids, attention_mask, seed=seed))
-    annotate(span, **{"rl.num_tokens": int(out["attention_mask"].sum())})
-    return out
+    """Returns one response per row sampled by the ``generation`` actor with ``seed``."""
+    return ray.get(call(generation.generate, input_ids, attention_mask, seed=seed))
+
+
+def num_tokens(out: GenerationOutput) -> int:
+    """Returns the tokens a rollout holds, prompt and response (``rl.num_tokens``)."""
+    return int(out["attention_mask"].sum())
 
 
 def response_batch(out: GenerationOutput) -> dict[str, torch.Tensor]:
@@ -350,20 +354,21 @@ def _pid(_actor: Any) -> int:
     return os.getpid()
 
 
-def stop_workers(*actors: Any) -> None:
-    """Flushes the actors' telemetry and stops them; an actor that already died is skipped.
-
-    What each worker's telemetry cost (its ``close()`` returns it) is kept for the job's cost line.
-    """
+def stop_workers(*actors: Any) -> list[TelemetryCost]:
+    """Flushes the actors' telemetry and stops them; an actor that already died (or None) is
+    skipped. Returns what each live worker's telemetry cost (its ``close()`` returns it), for the
+    job's cost line."""
     live = [a for a in actors if a is not None]
     costs = []
     for a, ref in [(a, a.close.remote()) for a in live]:
         try:
-            costs.append(ray.get(ref, timeout=30))
+            cost = ray.get(ref, timeout=30)
         except Exception:  # a dead worker has nothing left to flush; the run already failed
-            pass
+            cost = None
+        if isinstance(cost, TelemetryCost):
+            costs.append(cost)
         ray.kill(a)
-    add_worker_costs(costs)
+    return costs
 
 
 def sync_weights(generation: Any, policy: Any) -> int:
@@ -371,35 +376,38 @@ def sync_weights(generation: Any, policy: Any) -> int:
     return ray.get(call(generation.update_weights, call(policy.state_dict)))
 
 
+@dataclass
+class RunResult:
+    """What a loop's ``run`` returns to the entry point."""
+
+    summary: RunSummary
+    """The curves and validations the entry script prints."""
+    worker_costs: list[TelemetryCost] = field(default_factory=list)
+    """What each worker's telemetry cost, returned by the teardown (the job's cost line)."""
+
+
 def train_in_job(
     cfg: Any,
     setup: Callable[[Any], Any],
-    train: Callable[[Any], Any],
-    teardown: Callable[[Any], None],
-) -> Any:
-    """Runs ``train(setup(cfg))`` and always ``teardown``; returns what ``train`` returned. Each
-    loop's ``run`` calls it inside its own literal ``rl.<algo>.job`` span."""
+    train: Callable[[Any], RunSummary],
+    teardown: Callable[[Any], list[TelemetryCost]],
+) -> RunResult:
+    """Runs ``train(setup(cfg))`` and always ``teardown``; returns the summary and the workers'
+    telemetry costs. Each loop's ``run`` calls it inside its own literal ``rl.<algo>.job`` span."""
     s = setup(cfg)
     try:
-        return train(s)
+        summary = train(s)
     finally:
-        teardown(s)
+        costs = teardown(s)
+    return RunResult(summary, costs)
 
 
-def close_run(logger: Logger | None, *actors: Any) -> None:
-    """Flushes the actors' telemetry, stops them and closes the run's logger (a loop's teardown)."""
-    stop_workers(*actors)
-    if logger is not None:
-        logger.close()
-
-
-def num_micro_batches(cfg: PolicyConfig, batch_size: int) -> int:
-    """Returns how many micro-batches ``PolicyWorker.train`` runs for ``batch_size`` sequences."""
-    per_pass = 0
-    for start in range(0, batch_size, cfg.train_global_batch_size):
-        mini = min(cfg.train_global_batch_size, batch_size - start)
-        per_pass += -(-mini // cfg.train_micro_batch_size)
-    return per_pass * cfg.train_passes
+def close_run(logger: Logger, *actors: Any) -> list[TelemetryCost]:
+    """A loop's teardown: flushes the actors' telemetry, stops them and closes the run's
+    logger; returns the workers' telemetry costs."""
+    costs = stop_workers(*actors)
+    logger.close()
+    return costs
 
 
 # -- checkpoints ----------------------------------------------------------------------------------
@@ -458,12 +466,14 @@ def resume_attributes(path: str) -> dict[str, Any]:
 
 
 def restore_checkpoint(
-    path: str, workers: dict[str, Any], generation: Any, data: PromptIterator[Problem]
+    path: str, workers: dict[str, Any], generation: Any, data: PromptIterator[Any]
 ) -> int:
-    """Restores checkpoint ``path`` into the workers (``workers["policy"]``'s weights then go to
-    ``generation``), the data iterator and the driver's RNG; returns the step it was taken after."""
+    """Restores checkpoint ``path`` into the workers, the data iterator and the driver's RNG, and
+    (unless ``generation`` is None) sends ``workers["policy"]``'s weights to ``generation``;
+    returns the step it was taken after."""
     state = read_checkpoint(path, workers)
-    sync_weights(generation, workers["policy"])
+    if generation is not None:
+        sync_weights(generation, workers["policy"])
     data.load_state_dict(state["data"])
     return int(state["step"])
 
@@ -507,6 +517,12 @@ class RunSummary:
 # -- logging a step -------------------------------------------------------------------------------
 
 
+def open_logger(cfg: LoggerConfig, section: str, max_steps: int, start_step: int) -> Logger:
+    """Returns the run's logger, its progress bar at ``start_step`` of ``max_steps``; every
+    scalar it logs also goes to the registry's metrics (``nemo_rl.telemetry.record_metrics``)."""
+    return Logger(cfg, max_steps, initial_step=start_step, desc=section, sinks=(record_metrics,))
+
+
 def nothing_left(logger: Logger, section: str, start_step: int, max_steps: int) -> bool:
     """Says so and returns True when a resumed run already reached ``<section>.max_steps``."""
     if start_step < max_steps:
@@ -537,9 +553,10 @@ def log_step(
     step_time: float,
 ) -> None:
     """Logs a finished step's ``train/`` metrics (adding ``tokens_per_sec`` when ``num_tokens`` is
-    there) and its ``timing/`` seconds per phase, and moves the progress bar."""
+    there) and its ``timing/`` seconds per phase, and moves the progress bar (with the reward
+    where the loop has one)."""
     if "num_tokens" in metrics:
-        metrics["tokens_per_sec"] = metrics["num_tokens"] / step_time
+        metrics["tokens_per_sec"] = metrics["num_tokens"] / max(step_time, 1e-9)
     logger.log(metrics, step=done, prefix="train")
     logger.log(timing, step=done, prefix="timing")
-    logger.progress(done, metrics.get("reward_mean", 0.0), metrics["loss"], step_time)
+    logger.progress(done, metrics.get("reward_mean"), metrics["loss"], step_time)

@@ -21,7 +21,7 @@ from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 
 import spanspec
 from nemo_rl.algorithms import common, grpo
-from nemo_rl.algorithms.common import RunSummary, Task
+from nemo_rl.algorithms.common import RunResult, RunSummary, Task
 from nemo_rl.algorithms.loss_functions import TeacherKLLoss, reverse_kl
 from nemo_rl.data import CharTokenizer, PromptIterator
 from nemo_rl.distributed import call, init_ray
@@ -32,7 +32,8 @@ from nemo_rl.models.policy import PolicyConfig, read_policy_checkpoint
 from nemo_rl.utils.checkpoint import CheckpointConfig, CheckpointManager
 from nemo_rl.utils.config import ConfigError
 from nemo_rl.utils.logger import Logger, LoggerConfig
-from nemo_rl.utils.timer import Timer, annotate
+from nemo_rl.utils.timer import Timer
+from spanspec.export import TelemetryCost
 
 __all__ = [
     "DistillationConfig",
@@ -180,15 +181,20 @@ class DistillationSetup:
     """Ray actor handle of the teacher's ``PolicyWorker`` (frozen, group ``teacher``)."""
     generation: Any
     """Ray actor handle of the student's generation backend."""
-    logger: Logger
     checkpoints: CheckpointManager | None
+    logger: Logger
+    """Opened at ``start_step``."""
     start_step: int = 0
+    """Steps already done: those of the checkpoint the run resumed from, else 0."""
     timer: Timer = field(default_factory=Timer)
+    retired: list[TelemetryCost] = field(default_factory=list)
+    """Telemetry costs of workers stopped before teardown (the teacher's evaluation worker)."""
 
 
 def setup(cfg: MasterConfig) -> DistillationSetup:
-    """Builds the task, the data, the student's and the teacher's workers and the logger, and
-    resumes from the latest checkpoint when there is one; returns the ``DistillationSetup``.
+    """Builds the task, the data and the student's and the teacher's workers, resumes from the
+    latest checkpoint when there is one, and opens the logger at the step it resumed from;
+    returns the ``DistillationSetup``.
 
     Raises ``ConfigError`` if no ``teacher.checkpoint`` is set (before Ray starts).
     """
@@ -212,33 +218,26 @@ def setup(cfg: MasterConfig) -> DistillationSetup:
         )
         generation = common.spawn_policy_generation(cfg, task, seed, student)
         common.wait_ready(student, teacher, generation)
-    s = DistillationSetup(
-        cfg=cfg,
-        task=task,
-        train_data=PromptIterator(task.train, seed=seed),
-        student=student,
-        teacher=teacher,
-        generation=generation,
-        logger=None,  # type: ignore[arg-type]  # made below, once the start step is known
-        checkpoints=common.checkpoint_manager(cfg.checkpointing, cfg.logger),
-        timer=timer,
-    )
-    if s.checkpoints is not None and (latest := s.checkpoints.latest()) is not None:
+    train_data = PromptIterator(task.train, seed=seed)
+    checkpoints = common.checkpoint_manager(cfg.checkpointing, cfg.logger)
+    start_step = 0
+    if checkpoints is not None and (latest := checkpoints.latest()) is not None:
         with timer.span("rl.distillation.load_checkpoint", **common.resume_attributes(latest)):
             workers = {"policy": student}
-            s.start_step = common.restore_checkpoint(latest, workers, generation, s.train_data)
-    s.logger = Logger(
-        cfg.logger, cfg.distillation.max_steps, initial_step=s.start_step, desc="distillation"
+            start_step = common.restore_checkpoint(latest, workers, generation, train_data)
+    logger = common.open_logger(cfg.logger, "distillation", cfg.distillation.max_steps, start_step)
+    return DistillationSetup(
+        cfg, task, train_data, student, teacher, generation, checkpoints, logger, start_step, timer
     )
-    return s
 
 
-def teardown(s: DistillationSetup) -> None:
-    """Flushes the workers' telemetry, stops them and closes the logger."""
-    common.close_run(s.logger, s.student, s.teacher, s.generation)
+def teardown(s: DistillationSetup) -> list[TelemetryCost]:
+    """Flushes the workers' telemetry, stops them and closes the logger; returns what each
+    worker's telemetry cost."""
+    return common.close_run(s.logger, s.student, s.teacher, s.generation) + s.retired
 
 
-def run(cfg: MasterConfig, job_attributes: dict[str, Any]) -> RunSummary:
+def run(cfg: MasterConfig, job_attributes: dict[str, Any]) -> RunResult:
     """The whole job inside its ``rl.distillation.job`` span: setup, train, teardown."""
     with spanspec.span("rl.distillation.job", **job_attributes):
         return common.train_in_job(cfg, setup, distillation_train, teardown)
@@ -259,7 +258,8 @@ def distillation_train(s: DistillationSetup) -> RunSummary:
     sizes = common.batch_attributes(d.num_prompts_per_step, d.num_generations_per_prompt)
     B = sizes["rl.batch_size"]
     summary = RunSummary(start_step=s.start_step)
-    common.nothing_left(s.logger, "distillation", s.start_step, d.max_steps)
+    if common.nothing_left(s.logger, "distillation", s.start_step, d.max_steps):
+        return summary
     if d.val_at_start and s.start_step == 0:
         common.log_validation(s.logger, summary, 0, validate(s, iteration=0, with_teacher=True))
     timer.take()  # start-up time is not part of step 0
@@ -276,7 +276,8 @@ def distillation_train(s: DistillationSetup) -> RunSummary:
             with timer.span("rl.distillation.rollout", **it, **{"rl.batch_size": B}):
                 with timer.span("rl.distillation.generation", **it, **{"rl.batch_size": B}) as sp:
                     seed = common.step_seed(d.seed, step)
-                    out = common.generate(s.generation, prompt_ids, prompt_mask, seed, sp)
+                    out = common.generate(s.generation, prompt_ids, prompt_mask, seed)
+                    spanspec.annotate(sp, **{"rl.num_tokens": common.num_tokens(out)})
                 rewards, exact = common.score_responses(s.task, out, problems, prompt_ids.shape[1])
             batch = common.response_batch(out)
             mask = batch["response_mask"]
@@ -293,17 +294,14 @@ def distillation_train(s: DistillationSetup) -> RunSummary:
                 kl = reverse_kl(student, batch["teacher_logprobs"])
                 kl_to_teacher = float((kl * mask).sum() / mask.sum().clamp(min=1))
 
-            n_micro = common.num_micro_batches(cfg.policy, B)
-            with timer.span(
-                "rl.distillation.policy_update",
-                **it,
-                **{"rl.batch_size": B, "rl.num_micro_batches": n_micro},
-            ):
+            with timer.span("rl.distillation.policy_update", **it, **{"rl.batch_size": B}) as sp:
                 train_metrics = ray.get(call(s.student.train, batch))
-            with timer.span("rl.distillation.weight_sync", **it) as sp:
-                annotate(
-                    sp, **{"rl.weight_sync.num_bytes": common.sync_weights(s.generation, s.student)}
+                spanspec.annotate(
+                    sp, **{"rl.num_micro_batches": train_metrics["num_micro_batches"]}
                 )
+            with timer.span("rl.distillation.weight_sync", **it) as sp:
+                num_bytes = common.sync_weights(s.generation, s.student)
+                spanspec.annotate(sp, **{"rl.weight_sync.num_bytes": num_bytes})
 
             done = step + 1
             if common.is_due(done, d.val_period):
@@ -320,7 +318,7 @@ def distillation_train(s: DistillationSetup) -> RunSummary:
             "accuracy": exact,
             "response_length": float(mask.sum(-1).float().mean()),
             **{k: train_metrics[k] for k in ("loss", "grad_norm", "lr")},
-            "num_tokens": int(out["attention_mask"].sum()),
+            "num_tokens": common.num_tokens(out),
         }
         common.log_step(s.logger, done, metrics, timing, timing["rl.distillation.step"])
         summary.add({"kl_to_teacher": kl_to_teacher, "reward": metrics["reward_mean"]})
@@ -340,7 +338,7 @@ def validate(s: DistillationSetup, iteration: int, with_teacher: bool = False) -
         **{"rl.iteration": iteration, "rl.eval.num_samples": len(problems)},
     ) as span:
         result = {"accuracy": common.exact_match(s.generation, s.task, problems)}
-        annotate(span, **{"rl.eval.accuracy": result["accuracy"]})
+        spanspec.annotate(span, **{"rl.eval.accuracy": result["accuracy"]})
         if with_teacher:
             result["teacher_accuracy"] = _teacher_accuracy(s, problems)
     return result
@@ -362,7 +360,7 @@ def _teacher_accuracy(s: DistillationSetup, problems: list[Problem]) -> float:
         common.sync_weights(generation, s.teacher)
         return common.exact_match(generation, s.task, problems)
     finally:
-        common.stop_workers(generation)
+        s.retired += common.stop_workers(generation)
 
 
 def save_checkpoint(s: DistillationSetup, iteration: int) -> str:

@@ -1,12 +1,12 @@
 """DPO: push the policy's log-ratio to a frozen reference up on chosen answers, down on rejected.
 
-Reads top to bottom: the config, ``setup`` (task, preference pairs, the policy worker holding
-the frozen reference, resume), then ``dpo_step`` whose phases are literal
+Reads top to bottom like ``grpo.py``: the config, ``setup`` (task, preference pairs, the policy
+worker holding the frozen reference, resume), then ``dpo_train`` whose phases are literal
 ``with timer.span("rl.dpo.<phase>")`` blocks named as in ``schemas/span_groups.yaml``. The pairs
 are built in code from the arithmetic task (``nemo_rl.data.make_preference_pairs``): chosen is
 the right sum, rejected a wrong one. Validation reports the held-out preference accuracy (pairs
-whose implicit reward margin is positive) and the mean margin. The outer loop, logging and
-checkpoint contents are shared with SFT and RM in ``supervised.py``.
+whose implicit reward margin is positive) and the mean margin. What DPO shares with SFT and RM
+(config blocks, ``SupervisedSetup``, teardown, the pairs' metrics) is in ``supervised.py``.
 """
 
 from __future__ import annotations
@@ -18,12 +18,13 @@ import torch
 from pydantic import Field
 
 import spanspec
+from nemo_rl.algorithms import common
 from nemo_rl.algorithms import supervised as sv
-from nemo_rl.algorithms.common import RunSummary, spawn_policy, wait_ready
+from nemo_rl.algorithms.common import RunResult, RunSummary
 from nemo_rl.algorithms.loss_functions import DPOLoss, dpo_margin, sequence_logprobs
-from nemo_rl.data import encode_preference_pairs, stack_pair_sides
-from nemo_rl.distributed import call
-from nemo_rl.utils.timer import annotate
+from nemo_rl.data import PromptIterator, encode_preference_pairs, stack_pair_sides
+from nemo_rl.distributed import call, init_ray
+from nemo_rl.utils.timer import Timer
 
 __all__ = ["DPOConfig", "MasterConfig", "dpo_train", "run", "setup", "validate"]
 
@@ -51,74 +52,108 @@ class MasterConfig(sv.SupervisedRunConfig):
 # -- setup --------------------------------------------------------------------------------------
 
 
-def setup(cfg: MasterConfig) -> sv.LoopState:
-    """Builds the task, the pairs, the policy worker (with its frozen reference) and the logger,
-    resuming from the latest checkpoint when there is one; returns the run's ``LoopState``."""
-    task, timer = sv.prepare(cfg)
+def setup(cfg: MasterConfig) -> sv.SupervisedSetup:
+    """Builds the task, the pairs and the policy worker (with its frozen reference), resumes from
+    the latest checkpoint when there is one, and opens the logger at the step it resumed from;
+    returns the run's ``SupervisedSetup``. Starts (or joins) Ray if needed."""
+    init_ray(num_cpus=cfg.cluster.num_cpus, address=cfg.cluster.address)
+    seed = cfg.dpo.seed
+    task = common.make_task(cfg.env, seed)
+    timer = Timer()
     with timer.span("rl.dpo.model_init", **{"rl.model": cfg.policy.model_name}):
-        loss = DPOLoss(cfg.dpo.beta)
-        vocab = task.tokenizer.vocab_size
-        policy = spawn_policy(cfg.policy, cfg.cluster, vocab, cfg.dpo.seed, loss, reference=True)
-        wait_ready(policy)
-    pairs = sv.preference_data(task, cfg.dpo)
-    return sv.start(cfg, PHASES, task, pairs, {"policy": policy}, timer)
+        loss, vocab = DPOLoss(cfg.dpo.beta), task.tokenizer.vocab_size
+        policy = common.spawn_policy(cfg.policy, cfg.cluster, vocab, seed, loss, reference=True)
+        common.wait_ready(policy)
+    train_pairs, val_pairs = sv.preference_data(task, cfg.dpo)
+    train_data = PromptIterator(train_pairs, seed=seed)
+    checkpoints = common.checkpoint_manager(cfg.checkpointing, cfg.logger)
+    start_step = 0
+    if checkpoints is not None and (latest := checkpoints.latest()) is not None:
+        with timer.span("rl.dpo.load_checkpoint", **common.resume_attributes(latest)):
+            start_step = common.restore_checkpoint(latest, {"policy": policy}, None, train_data)
+    logger = common.open_logger(cfg.logger, "dpo", cfg.dpo.max_steps, start_step)
+    return sv.SupervisedSetup(
+        cfg, task, train_data, val_pairs, policy, checkpoints, logger, start_step, timer
+    )
 
 
-def run(cfg: MasterConfig, job_attributes: dict[str, Any]) -> RunSummary:
-    """The whole job inside its ``rl.dpo.job`` span: setup, train, teardown; returns the summary."""
+def run(cfg: MasterConfig, job_attributes: dict[str, Any]) -> RunResult:
+    """The whole job inside its ``rl.dpo.job`` span: setup, train, teardown."""
     with spanspec.span("rl.dpo.job", **job_attributes):
-        return sv.run_job(setup(cfg))
+        return common.train_in_job(cfg, setup, dpo_train, sv.teardown)
 
 
-def dpo_train(s: sv.LoopState) -> RunSummary:
+# -- the loop -----------------------------------------------------------------------------------
+
+
+def dpo_train(s: sv.SupervisedSetup) -> RunSummary:
     """Runs steps ``s.start_step .. dpo.max_steps - 1``; returns the summary (``curves`` of
     ``loss`` and ``preference_accuracy``, ``validation`` with held-out ``accuracy`` and ``margin``)."""
-    return sv.train(s)
+    cfg, timer, dpo = s.cfg, s.timer, s.cfg.dpo
+    size = dpo.batch_size
+    summary = RunSummary(start_step=s.start_step)
+    if common.nothing_left(s.logger, "dpo", s.start_step, dpo.max_steps):
+        return summary
+    if dpo.val_at_start and s.start_step == 0:
+        common.log_validation(s.logger, summary, 0, validate(s, iteration=0))
+    timer.take()  # start-up time is not part of step 0
+
+    for step in range(s.start_step, dpo.max_steps):
+        it = {"rl.iteration": step}
+        with timer.span("rl.dpo.step", **it, **{"rl.algorithm": "dpo"}):
+            # DATA: chosen and rejected completions of each prompt, one row per pair.
+            with timer.span("rl.dpo.data_processing", **it, **{"rl.batch_size": size}):
+                batch = encode_preference_pairs(s.task.tokenizer, s.train_data.next_batch(size))
+            # REFERENCE: sequence log-probs of both sides under the frozen starting policy.
+            with timer.span("rl.dpo.reference_policy", **it, **{"rl.batch_size": 2 * size}):
+                ref = _pair_logprobs(s.policy.get_reference_logprobs, batch)
+                batch["chosen_ref_logprobs"], batch["rejected_ref_logprobs"] = ref
+            # POLICY UPDATE: -log sigmoid(margin) per pair, in micro-batches of pairs.
+            with timer.span("rl.dpo.policy_update", **it, **{"rl.batch_size": size}) as span:
+                metrics = ray.get(call(s.policy.train, batch))
+                spanspec.annotate(span, **{"rl.num_micro_batches": metrics["num_micro_batches"]})
+
+            done = step + 1
+            if common.is_due(done, dpo.val_period):
+                common.log_validation(s.logger, summary, done, validate(s, iteration=step))
+            if s.checkpoints is not None and common.is_due(
+                done, cfg.checkpointing.save_period, dpo.max_steps
+            ):
+                save_checkpoint(s, iteration=step)
+
+        timing = timer.take()
+        common.log_step(s.logger, done, metrics, timing, timing["rl.dpo.step"])
+        summary.add(
+            {"loss": metrics["loss"], "preference_accuracy": metrics["preference_accuracy"]}
+        )
+    return summary
 
 
-# -- the phases ---------------------------------------------------------------------------------
+# -- phases used by the loop --------------------------------------------------------------------
 
 
-def dpo_step(s: sv.LoopState, step: int) -> tuple[dict[str, float], dict[str, float] | None]:
-    """One step: the next ``dpo.batch_size`` pairs, their reference log-probs, one DPO update."""
-    size, it = s.section.batch_size, {"rl.iteration": step}
-    with s.timer.span("rl.dpo.step", **it, **{"rl.algorithm": "dpo"}):
-        # DATA: chosen and rejected completions of each prompt, one row per pair.
-        with s.timer.span("rl.dpo.data_processing", **it, **{"rl.batch_size": size}):
-            batch = encode_preference_pairs(s.task.tokenizer, s.train_data.next_batch(size))
-        # REFERENCE: sequence log-probs of both sides under the frozen starting policy.
-        with s.timer.span("rl.dpo.reference_policy", **it, **{"rl.batch_size": 2 * size}):
-            ref = _pair_logprobs(s.policy.get_reference_logprobs, batch)
-            batch["chosen_ref_logprobs"], batch["rejected_ref_logprobs"] = ref
-        # POLICY UPDATE: -log sigmoid(margin) per pair, in micro-batches of pairs.
-        with s.timer.span("rl.dpo.policy_update", **sv.update_attributes(s, step)):
-            metrics = sv.train_on(s, batch)
-        return metrics, sv.end_of_step(s, step)
-
-
-def validate(s: sv.LoopState, iteration: int) -> dict[str, float]:
+def validate(s: sv.SupervisedSetup, iteration: int) -> dict[str, float]:
     """Returns the held-out pairs' preference ``accuracy`` (margin > 0) and mean ``margin``."""
-    with s.timer.span("rl.dpo.evaluate", **sv.eval_attributes(s, iteration)) as span:
+    attributes = {"rl.iteration": iteration, "rl.eval.num_samples": len(s.val_data)}
+    with s.timer.span("rl.dpo.evaluate", **attributes) as span:
         batch = encode_preference_pairs(s.task.tokenizer, s.val_data)
         chosen, rejected = _pair_logprobs(s.policy.get_logprobs, batch)
         ref_chosen, ref_rejected = _pair_logprobs(s.policy.get_reference_logprobs, batch)
-        margin = dpo_margin(chosen, rejected, ref_chosen, ref_rejected, s.section.beta)
+        margin = dpo_margin(chosen, rejected, ref_chosen, ref_rejected, s.cfg.dpo.beta)
         metrics = sv.preference_metrics(margin)
-        annotate(span, **{"rl.eval.accuracy": metrics["accuracy"]})
+        spanspec.annotate(span, **{"rl.eval.accuracy": metrics["accuracy"]})
     return metrics
 
 
-def save_checkpoint(s: sv.LoopState, iteration: int) -> str:
+def save_checkpoint(s: sv.SupervisedSetup, iteration: int) -> str:
     """Writes the checkpoint after step ``iteration``; returns its folder. The reference needs
     none: it is the starting policy, rebuilt from the seed (or ``policy.checkpoint``)."""
-    with s.timer.span("rl.dpo.checkpoint", **sv.checkpoint_attributes(s, iteration)):
-        return sv.store(s, iteration)
-
-
-def load_checkpoint(s: sv.LoopState, path: str) -> None:
-    """Restores the checkpoint at ``path``; sets ``s.start_step``."""
-    with s.timer.span("rl.dpo.load_checkpoint", **sv.load_attributes(path)):
-        sv.restore(s, path)
+    assert s.checkpoints is not None
+    with s.timer.span(
+        "rl.dpo.checkpoint", **common.checkpoint_attributes(s.checkpoints, iteration)
+    ):
+        data = s.train_data.state_dict()
+        return common.write_checkpoint(s.checkpoints, iteration + 1, {"policy": s.policy}, data)
 
 
 def _pair_logprobs(
@@ -129,8 +164,3 @@ def _pair_logprobs(
     logprobs = ray.get(call(method, both))
     chosen, rejected = sequence_logprobs(logprobs, both["response_mask"]).chunk(2)
     return chosen, rejected
-
-
-PHASES = sv.Phases(
-    dpo_step, validate, save_checkpoint, load_checkpoint, headline=("loss", "preference_accuracy")
-)

@@ -25,7 +25,7 @@ from nemo_rl.algorithms.advantages import (
     masked_whiten,
     state_values,
 )
-from nemo_rl.algorithms.common import RunSummary, Task
+from nemo_rl.algorithms.common import RunResult, RunSummary, Task
 from nemo_rl.algorithms.loss_functions import (
     ClippedPGLoss,
     ClippedPGLossConfig,
@@ -39,7 +39,8 @@ from nemo_rl.models.generation.interface import GenerationConfig
 from nemo_rl.models.policy import PolicyConfig
 from nemo_rl.utils.checkpoint import CheckpointManager
 from nemo_rl.utils.logger import Logger
-from nemo_rl.utils.timer import Timer, annotate
+from nemo_rl.utils.timer import Timer
+from spanspec.export import TelemetryCost
 
 __all__ = ["MasterConfig", "PPOConfig", "PPOSetup", "ppo_train", "run", "setup", "teardown"]
 
@@ -103,9 +104,11 @@ class PPOSetup:
     """Ray actor handle of the value model's ``PolicyWorker`` (``head: scalar``)."""
     generation: Any
     """Ray actor handle of a ``GenerationInterface`` backend."""
-    logger: Logger
     checkpoints: CheckpointManager | None
+    logger: Logger
+    """Opened at ``start_step``."""
     start_step: int = 0
+    """Steps already done: those of the checkpoint the run resumed from, else 0."""
     timer: Timer = field(default_factory=Timer)
 
     def workers(self) -> dict[str, Any]:
@@ -114,8 +117,9 @@ class PPOSetup:
 
 
 def setup(cfg: MasterConfig) -> PPOSetup:
-    """Builds the task, the data, the policy, generation and value workers and the logger, and
-    resumes from the latest checkpoint when there is one; returns the ``PPOSetup``."""
+    """Builds the task, the data, the policy, generation and value workers, resumes from the
+    latest checkpoint when there is one, and opens the logger at the step it resumed from;
+    returns the ``PPOSetup``."""
     init_ray(num_cpus=cfg.cluster.num_cpus, address=cfg.cluster.address)
     task = common.make_task(cfg.env, cfg.ppo.seed)
     vocab, seed, temperature = task.tokenizer.vocab_size, cfg.ppo.seed, cfg.generation.temperature
@@ -136,31 +140,27 @@ def setup(cfg: MasterConfig) -> PPOSetup:
         )
         generation = common.spawn_policy_generation(cfg, task, seed, policy)
         common.wait_ready(policy, value, generation)
-    s = PPOSetup(
-        cfg=cfg,
-        task=task,
-        train_data=PromptIterator(task.train, seed=seed),
-        policy=policy,
-        value=value,
-        generation=generation,
-        logger=None,  # type: ignore[arg-type]  # made below, once the start step is known
-        checkpoints=common.checkpoint_manager(cfg.checkpointing, cfg.logger),
-        timer=timer,
-    )
-    if s.checkpoints is not None and (latest := s.checkpoints.latest()) is not None:
+    train_data = PromptIterator(task.train, seed=seed)
+    checkpoints = common.checkpoint_manager(cfg.checkpointing, cfg.logger)
+    start_step = 0
+    if checkpoints is not None and (latest := checkpoints.latest()) is not None:
         with timer.span("rl.ppo.load_checkpoint", **common.resume_attributes(latest)):
-            s.start_step = common.restore_checkpoint(latest, s.workers(), generation, s.train_data)
-    s.logger = Logger(cfg.logger, cfg.ppo.max_steps, initial_step=s.start_step, desc="ppo")
-    return s
+            workers = {"policy": policy, "value": value}
+            start_step = common.restore_checkpoint(latest, workers, generation, train_data)
+    logger = common.open_logger(cfg.logger, "ppo", cfg.ppo.max_steps, start_step)
+    return PPOSetup(
+        cfg, task, train_data, policy, value, generation, checkpoints, logger, start_step, timer
+    )
 
 
-def teardown(s: PPOSetup) -> None:
-    """Flushes the workers' telemetry, stops them and closes the logger."""
-    common.close_run(s.logger, s.policy, s.value, s.generation)
+def teardown(s: PPOSetup) -> list[TelemetryCost]:
+    """Flushes the workers' telemetry, stops them and closes the logger; returns what each
+    worker's telemetry cost."""
+    return common.close_run(s.logger, s.policy, s.value, s.generation)
 
 
-def run(cfg: MasterConfig, job_attributes: dict[str, Any]) -> RunSummary:
-    """The whole job inside its ``rl.ppo.job`` span: setup, train, teardown; returns the summary."""
+def run(cfg: MasterConfig, job_attributes: dict[str, Any]) -> RunResult:
+    """The whole job inside its ``rl.ppo.job`` span: setup, train, teardown."""
     with spanspec.span("rl.ppo.job", **job_attributes):
         return common.train_in_job(cfg, setup, ppo_train, teardown)
 
@@ -179,7 +179,8 @@ def ppo_train(s: PPOSetup) -> RunSummary:
     sizes = common.batch_attributes(ppo.num_prompts_per_step, ppo.num_generations_per_prompt)
     B = sizes["rl.batch_size"]
     summary = RunSummary(start_step=s.start_step)
-    common.nothing_left(s.logger, "ppo", s.start_step, ppo.max_steps)
+    if common.nothing_left(s.logger, "ppo", s.start_step, ppo.max_steps):
+        return summary
     if ppo.val_at_start and s.start_step == 0:
         common.log_validation(s.logger, summary, 0, {"accuracy": validate(s, iteration=0)})
     timer.take()  # start-up time is not part of step 0
@@ -197,12 +198,13 @@ def ppo_train(s: PPOSetup) -> RunSummary:
             with timer.span("rl.ppo.rollout", **it, **{"rl.batch_size": B}):
                 with timer.span("rl.ppo.generation", **it, **{"rl.batch_size": B}) as span:
                     seed = common.step_seed(ppo.seed, step)
-                    out = common.generate(s.generation, prompt_ids, prompt_mask, seed, span)
+                    out = common.generate(s.generation, prompt_ids, prompt_mask, seed)
+                    spanspec.annotate(span, **{"rl.num_tokens": common.num_tokens(out)})
                 with timer.span("rl.ppo.reward", **it) as span:
                     rewards, exact = common.score_responses(
                         s.task, out, problems, prompt_ids.shape[1]
                     )
-                    annotate(span, **{"rl.reward.mean": float(rewards.mean())})
+                    spanspec.annotate(span, **{"rl.reward.mean": float(rewards.mean())})
             batch = common.response_batch(out)
             mask = batch["response_mask"]
             batch_ref = ray.put(batch)  # sent once, read by the value and both log-prob passes
@@ -230,18 +232,14 @@ def ppo_train(s: PPOSetup) -> RunSummary:
 
             policy_metrics = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_fraction": 0.0}
             if train_policy:  # after the critic's warm-up
-                n_micro = common.num_micro_batches(cfg.policy, B)
-                with timer.span(
-                    "rl.ppo.policy_update",
-                    **it,
-                    **{"rl.batch_size": B, "rl.num_micro_batches": n_micro},
-                ):
+                with timer.span("rl.ppo.policy_update", **it, **{"rl.batch_size": B}) as span:
                     policy_metrics = ray.get(call(s.policy.train, batch))
-                with timer.span("rl.ppo.weight_sync", **it) as span:
-                    annotate(
-                        span,
-                        **{"rl.weight_sync.num_bytes": common.sync_weights(s.generation, s.policy)},
+                    spanspec.annotate(
+                        span, **{"rl.num_micro_batches": policy_metrics["num_micro_batches"]}
                     )
+                with timer.span("rl.ppo.weight_sync", **it) as span:
+                    num_bytes = common.sync_weights(s.generation, s.policy)
+                    spanspec.annotate(span, **{"rl.weight_sync.num_bytes": num_bytes})
 
             done = step + 1
             if common.is_due(done, ppo.val_period):
@@ -264,7 +262,7 @@ def ppo_train(s: PPOSetup) -> RunSummary:
             "explained_variance": variance,
             "value_mean": float((batch["values"] * mask).sum() / mask.sum().clamp(min=1)),
             "advantage_mean": float((advantages * mask).sum() / mask.sum().clamp(min=1)),
-            "num_tokens": int(out["attention_mask"].sum()),
+            "num_tokens": common.num_tokens(out),
         }
         for key in ("grad_norm", "lr"):
             if key in policy_metrics:
@@ -283,7 +281,7 @@ def validate(s: PPOSetup, iteration: int) -> float:
         "rl.ppo.evaluate", **{"rl.iteration": iteration, "rl.eval.num_samples": len(s.task.val)}
     ) as span:
         accuracy = common.exact_match(s.generation, s.task, s.task.val)
-        annotate(span, **{"rl.eval.accuracy": accuracy})
+        spanspec.annotate(span, **{"rl.eval.accuracy": accuracy})
     return accuracy
 
 

@@ -1,8 +1,8 @@
 """Reward model: the tiny Llama with a scalar head, trained Bradley–Terry on preference pairs.
 
-Reads top to bottom: the config, ``setup`` (task, preference pairs, the reward-model worker,
-resume), then ``rm_step`` whose phases are literal ``with timer.span("rl.rm.<phase>")`` blocks
-named as in ``schemas/span_groups.yaml``. A sequence's reward is the model's value at its last
+Reads top to bottom like ``grpo.py``: the config, ``setup`` (task, preference pairs, the
+reward-model worker, resume), then ``rm_train`` whose phases are literal
+``with timer.span("rl.rm.<phase>")`` blocks named as in ``schemas/span_groups.yaml``. A sequence's reward is the model's value at its last
 token; the loss pushes the chosen (right sum) above the rejected (a wrong sum). Validation is
 pairwise accuracy on held-out pairs. A checkpoint's ``step_<n>/`` folder is the trained reward
 model: ``PolicyConfig(head="scalar", checkpoint=".../step_<n>")`` loads it by path.
@@ -16,14 +16,15 @@ import ray
 from pydantic import Field, model_validator
 
 import spanspec
+from nemo_rl.algorithms import common
 from nemo_rl.algorithms import supervised as sv
-from nemo_rl.algorithms.common import RunSummary, spawn_policy, wait_ready
+from nemo_rl.algorithms.common import RunResult, RunSummary
 from nemo_rl.algorithms.loss_functions import BradleyTerryLoss
-from nemo_rl.data import encode_preference_pairs, stack_pair_sides
-from nemo_rl.distributed import call
+from nemo_rl.data import PromptIterator, encode_preference_pairs, stack_pair_sides
+from nemo_rl.distributed import call, init_ray
 from nemo_rl.models.causal_lm import last_token_values
 from nemo_rl.models.policy import PolicyConfig
-from nemo_rl.utils.timer import annotate
+from nemo_rl.utils.timer import Timer
 
 __all__ = ["MasterConfig", "RMConfig", "rm_train", "run", "setup", "validate"]
 
@@ -57,68 +58,98 @@ class MasterConfig(sv.SupervisedRunConfig):
 # -- setup --------------------------------------------------------------------------------------
 
 
-def setup(cfg: MasterConfig) -> sv.LoopState:
-    """Builds the task, the pairs, the reward-model worker and the logger, resuming from the
-    latest checkpoint when there is one; returns the run's ``LoopState``."""
-    task, timer = sv.prepare(cfg)
+def setup(cfg: MasterConfig) -> sv.SupervisedSetup:
+    """Builds the task, the pairs and the reward-model worker, resumes from the latest checkpoint
+    when there is one, and opens the logger at the step it resumed from; returns the run's
+    ``SupervisedSetup``. Starts (or joins) Ray if needed."""
+    init_ray(num_cpus=cfg.cluster.num_cpus, address=cfg.cluster.address)
+    seed = cfg.rm.seed
+    task = common.make_task(cfg.env, seed)
+    timer = Timer()
     with timer.span("rl.rm.model_init", **{"rl.model": cfg.policy.model_name}):
         loss, vocab = BradleyTerryLoss(), task.tokenizer.vocab_size
-        model = spawn_policy(cfg.policy, cfg.cluster, vocab, cfg.rm.seed, loss, reference=False)
-        wait_ready(model)
-    return sv.start(cfg, PHASES, task, sv.preference_data(task, cfg.rm), {"policy": model}, timer)
+        model = common.spawn_policy(cfg.policy, cfg.cluster, vocab, seed, loss, reference=False)
+        common.wait_ready(model)
+    train_pairs, val_pairs = sv.preference_data(task, cfg.rm)
+    train_data = PromptIterator(train_pairs, seed=seed)
+    checkpoints = common.checkpoint_manager(cfg.checkpointing, cfg.logger)
+    start_step = 0
+    if checkpoints is not None and (latest := checkpoints.latest()) is not None:
+        with timer.span("rl.rm.load_checkpoint", **common.resume_attributes(latest)):
+            start_step = common.restore_checkpoint(latest, {"policy": model}, None, train_data)
+    logger = common.open_logger(cfg.logger, "rm", cfg.rm.max_steps, start_step)
+    return sv.SupervisedSetup(
+        cfg, task, train_data, val_pairs, model, checkpoints, logger, start_step, timer
+    )
 
 
-def run(cfg: MasterConfig, job_attributes: dict[str, Any]) -> RunSummary:
-    """The whole job inside its ``rl.rm.job`` span: setup, train, teardown; returns the summary."""
+def run(cfg: MasterConfig, job_attributes: dict[str, Any]) -> RunResult:
+    """The whole job inside its ``rl.rm.job`` span: setup, train, teardown."""
     with spanspec.span("rl.rm.job", **job_attributes):
-        return sv.run_job(setup(cfg))
+        return common.train_in_job(cfg, setup, rm_train, sv.teardown)
 
 
-def rm_train(s: sv.LoopState) -> RunSummary:
+# -- the loop -----------------------------------------------------------------------------------
+
+
+def rm_train(s: sv.SupervisedSetup) -> RunSummary:
     """Runs steps ``s.start_step .. rm.max_steps - 1``; returns the summary (``curves`` of
     ``loss`` and ``preference_accuracy``, ``validation`` with held-out ``accuracy`` and ``margin``)."""
-    return sv.train(s)
+    cfg, timer, rm = s.cfg, s.timer, s.cfg.rm
+    size = rm.batch_size
+    summary = RunSummary(start_step=s.start_step)
+    if common.nothing_left(s.logger, "rm", s.start_step, rm.max_steps):
+        return summary
+    if rm.val_at_start and s.start_step == 0:
+        common.log_validation(s.logger, summary, 0, validate(s, iteration=0))
+    timer.take()  # start-up time is not part of step 0
+
+    for step in range(s.start_step, rm.max_steps):
+        it = {"rl.iteration": step}
+        with timer.span("rl.rm.step", **it, **{"rl.algorithm": "rm"}):
+            # DATA: chosen and rejected completions of each prompt, one row per pair.
+            with timer.span("rl.rm.data_processing", **it, **{"rl.batch_size": size}):
+                batch = encode_preference_pairs(s.task.tokenizer, s.train_data.next_batch(size))
+            # UPDATE: -log sigmoid(r_chosen - r_rejected) per pair, in micro-batches.
+            with timer.span("rl.rm.policy_update", **it, **{"rl.batch_size": size}) as span:
+                metrics = ray.get(call(s.policy.train, batch))
+                spanspec.annotate(span, **{"rl.num_micro_batches": metrics["num_micro_batches"]})
+
+            done = step + 1
+            if common.is_due(done, rm.val_period):
+                common.log_validation(s.logger, summary, done, validate(s, iteration=step))
+            if s.checkpoints is not None and common.is_due(
+                done, cfg.checkpointing.save_period, rm.max_steps
+            ):
+                save_checkpoint(s, iteration=step)
+
+        timing = timer.take()
+        common.log_step(s.logger, done, metrics, timing, timing["rl.rm.step"])
+        summary.add(
+            {"loss": metrics["loss"], "preference_accuracy": metrics["preference_accuracy"]}
+        )
+    return summary
 
 
-# -- the phases ---------------------------------------------------------------------------------
+# -- phases used by the loop --------------------------------------------------------------------
 
 
-def rm_step(s: sv.LoopState, step: int) -> tuple[dict[str, float], dict[str, float] | None]:
-    """One step: the next ``rm.batch_size`` pairs, one Bradley–Terry update."""
-    size = s.section.batch_size
-    with s.timer.span("rl.rm.step", **{"rl.iteration": step, "rl.algorithm": "rm"}):
-        # DATA and UPDATE: -log sigmoid(r_chosen - r_rejected) per pair, in micro-batches.
-        with s.timer.span("rl.rm.data_processing", **{"rl.iteration": step, "rl.batch_size": size}):
-            batch = encode_preference_pairs(s.task.tokenizer, s.train_data.next_batch(size))
-        with s.timer.span("rl.rm.policy_update", **sv.update_attributes(s, step)):
-            metrics = sv.train_on(s, batch)
-        return metrics, sv.end_of_step(s, step)
-
-
-def validate(s: sv.LoopState, iteration: int) -> dict[str, float]:
+def validate(s: sv.SupervisedSetup, iteration: int) -> dict[str, float]:
     """Returns the held-out pairs' ``accuracy`` (chosen scored above rejected) and the mean
     reward gap ``margin``."""
-    with s.timer.span("rl.rm.evaluate", **sv.eval_attributes(s, iteration)) as span:
+    attributes = {"rl.iteration": iteration, "rl.eval.num_samples": len(s.val_data)}
+    with s.timer.span("rl.rm.evaluate", **attributes) as span:
         both = stack_pair_sides(encode_preference_pairs(s.task.tokenizer, s.val_data))
         values = ray.get(call(s.policy.get_values, both))
         chosen, rejected = last_token_values(values, both["attention_mask"]).chunk(2)
         metrics = sv.preference_metrics(chosen - rejected)
-        annotate(span, **{"rl.eval.accuracy": metrics["accuracy"]})
+        spanspec.annotate(span, **{"rl.eval.accuracy": metrics["accuracy"]})
     return metrics
 
 
-def save_checkpoint(s: sv.LoopState, iteration: int) -> str:
+def save_checkpoint(s: sv.SupervisedSetup, iteration: int) -> str:
     """Writes the checkpoint after step ``iteration`` (a loadable reward model); returns its folder."""
-    with s.timer.span("rl.rm.checkpoint", **sv.checkpoint_attributes(s, iteration)):
-        return sv.store(s, iteration)
-
-
-def load_checkpoint(s: sv.LoopState, path: str) -> None:
-    """Restores the checkpoint at ``path``; sets ``s.start_step``."""
-    with s.timer.span("rl.rm.load_checkpoint", **sv.load_attributes(path)):
-        sv.restore(s, path)
-
-
-PHASES = sv.Phases(
-    rm_step, validate, save_checkpoint, load_checkpoint, headline=("loss", "preference_accuracy")
-)
+    assert s.checkpoints is not None
+    with s.timer.span("rl.rm.checkpoint", **common.checkpoint_attributes(s.checkpoints, iteration)):
+        data = s.train_data.state_dict()
+        return common.write_checkpoint(s.checkpoints, iteration + 1, {"policy": s.policy}, data)

@@ -1,11 +1,11 @@
 """SFT: next-token loss on prompt -> answer pairs of the arithmetic task, masked to the answer.
 
-Reads top to bottom: the config, ``setup`` (task, the policy worker and a generation worker for
-greedy evaluation, resume), then ``sft_step`` whose phases are literal
-``with timer.span("rl.sft.<phase>")`` blocks named as in ``schemas/span_groups.yaml``.
+Reads top to bottom like ``grpo.py``: the config, ``setup`` (task, the policy worker and a
+generation worker for greedy evaluation, resume), then ``sft_train`` whose every phase is one
+literal ``with timer.span("rl.sft.<phase>")`` block named as in ``schemas/span_groups.yaml``.
 Validation is greedy exact match on held-out problems: the generation worker gets the trained
-weights, then answers every held-out prompt. The outer loop, logging and checkpoint contents are
-shared with DPO and RM in ``supervised.py``.
+weights, then answers every held-out prompt. What SFT shares with DPO and RM (config blocks,
+``SupervisedSetup``, teardown) is in ``supervised.py``.
 """
 
 from __future__ import annotations
@@ -16,19 +16,14 @@ import ray
 from pydantic import Field
 
 import spanspec
+from nemo_rl.algorithms import common
 from nemo_rl.algorithms import supervised as sv
-from nemo_rl.algorithms.common import (
-    RunSummary,
-    exact_match,
-    spawn_policy,
-    spawn_policy_generation,
-    wait_ready,
-)
+from nemo_rl.algorithms.common import RunResult, RunSummary
 from nemo_rl.algorithms.loss_functions import NLLLoss
-from nemo_rl.data import encode_completions
-from nemo_rl.distributed import call
+from nemo_rl.data import PromptIterator, encode_completions
+from nemo_rl.distributed import call, init_ray
 from nemo_rl.models.generation.interface import GenerationConfig
-from nemo_rl.utils.timer import annotate
+from nemo_rl.utils.timer import Timer
 
 __all__ = ["MasterConfig", "SFTConfig", "run", "setup", "sft_train", "validate"]
 
@@ -54,71 +49,102 @@ class MasterConfig(sv.SupervisedRunConfig):
 # -- setup --------------------------------------------------------------------------------------
 
 
-def setup(cfg: MasterConfig) -> sv.LoopState:
-    """Builds the task, the Ray workers and the logger, resuming from the latest checkpoint when
-    there is one; returns the run's ``LoopState``. Starts Ray if needed."""
-    task, timer = sv.prepare(cfg)
+def setup(cfg: MasterConfig) -> sv.SupervisedSetup:
+    """Builds the task, the policy and generation workers, resumes from the latest checkpoint
+    when there is one, and opens the logger at the step it resumed from; returns the run's
+    ``SupervisedSetup``. Starts (or joins) Ray if needed."""
+    init_ray(num_cpus=cfg.cluster.num_cpus, address=cfg.cluster.address)
     seed = cfg.sft.seed
+    task = common.make_task(cfg.env, seed)
+    timer = Timer()
     with timer.span("rl.sft.model_init", **{"rl.model": cfg.policy.model_name}):
         vocab = task.tokenizer.vocab_size
-        policy = spawn_policy(cfg.policy, cfg.cluster, vocab, seed, NLLLoss(), reference=False)
-        generation = spawn_policy_generation(cfg, task, seed, policy)
-        wait_ready(policy, generation)
-    workers = {"policy": policy, "generation": generation}
-    return sv.start(cfg, PHASES, task, (task.train, task.val), workers, timer)
+        policy = common.spawn_policy(
+            cfg.policy, cfg.cluster, vocab, seed, NLLLoss(), reference=False
+        )
+        generation = common.spawn_policy_generation(cfg, task, seed, policy)
+        common.wait_ready(policy, generation)
+    train_data = PromptIterator(task.train, seed=seed)
+    checkpoints = common.checkpoint_manager(cfg.checkpointing, cfg.logger)
+    start_step = 0
+    if checkpoints is not None and (latest := checkpoints.latest()) is not None:
+        with timer.span("rl.sft.load_checkpoint", **common.resume_attributes(latest)):
+            # The generation worker gets the trained weights when it validates.
+            start_step = common.restore_checkpoint(latest, {"policy": policy}, None, train_data)
+    logger = common.open_logger(cfg.logger, "sft", cfg.sft.max_steps, start_step)
+    return sv.SupervisedSetup(
+        cfg, task, train_data, task.val, policy, checkpoints, logger, start_step, timer, generation
+    )
 
 
-def run(cfg: MasterConfig, job_attributes: dict[str, Any]) -> RunSummary:
-    """The whole job inside its ``rl.sft.job`` span: setup, train, teardown; returns the summary."""
+def run(cfg: MasterConfig, job_attributes: dict[str, Any]) -> RunResult:
+    """The whole job inside its ``rl.sft.job`` span: setup, train, teardown."""
     with spanspec.span("rl.sft.job", **job_attributes):
-        return sv.run_job(setup(cfg))
+        return common.train_in_job(cfg, setup, sft_train, sv.teardown)
 
 
-def sft_train(s: sv.LoopState) -> RunSummary:
+# -- the loop -----------------------------------------------------------------------------------
+
+
+def sft_train(s: sv.SupervisedSetup) -> RunSummary:
     """Runs steps ``s.start_step .. sft.max_steps - 1``; returns the summary (``curves["loss"]``,
     ``validation`` with the held-out exact-match ``accuracy``)."""
-    return sv.train(s)
+    cfg, timer, sft = s.cfg, s.timer, s.cfg.sft
+    size = sft.batch_size
+    summary = RunSummary(start_step=s.start_step)
+    if common.nothing_left(s.logger, "sft", s.start_step, sft.max_steps):
+        return summary
+    if sft.val_at_start and s.start_step == 0:
+        common.log_validation(s.logger, summary, 0, validate(s, iteration=0))
+    timer.take()  # start-up time is not part of step 0
+
+    for step in range(s.start_step, sft.max_steps):
+        it = {"rl.iteration": step}
+        with timer.span("rl.sft.step", **it, **{"rl.algorithm": "sft"}):
+            # DATA: <bos> prompt answer <eos>, the loss masked to the answer and its eos.
+            with timer.span("rl.sft.data_processing", **it, **{"rl.batch_size": size}):
+                problems = s.train_data.next_batch(size)
+                prompts, answers = [p.prompt for p in problems], [p.answer for p in problems]
+                batch = encode_completions(s.task.tokenizer, prompts, answers)
+            # POLICY UPDATE: token-mean NLL of the answers, in micro-batches.
+            with timer.span("rl.sft.policy_update", **it, **{"rl.batch_size": size}) as span:
+                metrics = ray.get(call(s.policy.train, batch))
+                spanspec.annotate(span, **{"rl.num_micro_batches": metrics["num_micro_batches"]})
+
+            done = step + 1
+            if common.is_due(done, sft.val_period):
+                common.log_validation(s.logger, summary, done, validate(s, iteration=step))
+            if s.checkpoints is not None and common.is_due(
+                done, cfg.checkpointing.save_period, sft.max_steps
+            ):
+                save_checkpoint(s, iteration=step)
+
+        timing = timer.take()
+        common.log_step(s.logger, done, metrics, timing, timing["rl.sft.step"])
+        summary.add({"loss": metrics["loss"]})
+    return summary
 
 
-# -- the phases ---------------------------------------------------------------------------------
+# -- phases used by the loop --------------------------------------------------------------------
 
 
-def sft_step(s: sv.LoopState, step: int) -> tuple[dict[str, float], dict[str, float] | None]:
-    """One step: the next ``sft.batch_size`` problems, one NLL update on their answers."""
-    size, it = s.section.batch_size, {"rl.iteration": step}
-    with s.timer.span("rl.sft.step", **it, **{"rl.algorithm": "sft"}):
-        # DATA: <bos> prompt answer <eos>, the loss masked to the answer and its eos.
-        with s.timer.span("rl.sft.data_processing", **it, **{"rl.batch_size": size}):
-            problems = s.train_data.next_batch(size)
-            prompts, answers = [p.prompt for p in problems], [p.answer for p in problems]
-            batch = encode_completions(s.task.tokenizer, prompts, answers)
-        # POLICY UPDATE: token-mean NLL of the answers, in micro-batches.
-        with s.timer.span("rl.sft.policy_update", **sv.update_attributes(s, step)):
-            metrics = sv.train_on(s, batch)
-        return metrics, sv.end_of_step(s, step)
-
-
-def validate(s: sv.LoopState, iteration: int) -> dict[str, float]:
+def validate(s: sv.SupervisedSetup, iteration: int) -> dict[str, float]:
     """Returns ``{"accuracy": ...}``: greedy exact match on the held-out problems, answered by
     the generation worker after it received the trained weights."""
-    with s.timer.span("rl.sft.evaluate", **sv.eval_attributes(s, iteration)) as span:
-        generation = s.workers["generation"]
-        ray.get(call(generation.update_weights, call(s.policy.state_dict)))
-        accuracy = exact_match(generation, s.task, s.val_data)
-        annotate(span, **{"rl.eval.accuracy": accuracy})
+    attributes = {"rl.iteration": iteration, "rl.eval.num_samples": len(s.val_data)}
+    with s.timer.span("rl.sft.evaluate", **attributes) as span:
+        common.sync_weights(s.generation, s.policy)
+        accuracy = common.exact_match(s.generation, s.task, s.val_data)
+        spanspec.annotate(span, **{"rl.eval.accuracy": accuracy})
     return {"accuracy": accuracy}
 
 
-def save_checkpoint(s: sv.LoopState, iteration: int) -> str:
-    """Writes the checkpoint after step ``iteration``; returns its folder."""
-    with s.timer.span("rl.sft.checkpoint", **sv.checkpoint_attributes(s, iteration)):
-        return sv.store(s, iteration)
-
-
-def load_checkpoint(s: sv.LoopState, path: str) -> None:
-    """Restores the checkpoint at ``path``; sets ``s.start_step``."""
-    with s.timer.span("rl.sft.load_checkpoint", **sv.load_attributes(path)):
-        sv.restore(s, path)
-
-
-PHASES = sv.Phases(sft_step, validate, save_checkpoint, load_checkpoint)
+def save_checkpoint(s: sv.SupervisedSetup, iteration: int) -> str:
+    """Writes the checkpoint after step ``iteration`` (model, optimiser, data position, RNG);
+    returns its folder."""
+    assert s.checkpoints is not None
+    with s.timer.span(
+        "rl.sft.checkpoint", **common.checkpoint_attributes(s.checkpoints, iteration)
+    ):
+        data = s.train_data.state_dict()
+        return common.write_checkpoint(s.checkpoints, iteration + 1, {"policy": s.policy}, data)

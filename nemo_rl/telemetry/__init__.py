@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from nemo_rl.telemetry.config import TelemetryConfig
 from nemo_rl.telemetry.lifecycle import (
-    add_worker_costs,
     check_telemetry,
     get_telemetry,
     init_telemetry_driver,
@@ -28,7 +27,6 @@ from nemo_rl.telemetry.lifecycle import (
 
 __all__ = [
     "TelemetryConfig",
-    "add_worker_costs",
     "check_telemetry",
     "get_telemetry",
     "init_telemetry_driver",

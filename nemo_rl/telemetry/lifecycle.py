@@ -22,7 +22,7 @@ import os
 import secrets
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
@@ -42,7 +42,6 @@ from spanspec.settings import (
 from spanspec.spec import Spec
 
 __all__ = [
-    "add_worker_costs",
     "check_telemetry",
     "get_telemetry",
     "init_telemetry_driver",
@@ -59,7 +58,6 @@ _log = logging.getLogger("nemo_rl.telemetry")
 
 _handle: TelemetryHandle | None = None
 _settings: Settings | None = None
-_worker_costs: list[TelemetryCost] = []
 _stop_counting_stalls: Any = None
 
 
@@ -324,7 +322,6 @@ def init_telemetry_driver(
     global _handle, _settings
     if _handle is not None:
         return _handle
-    _worker_costs.clear()  # a new job: costs of workers from an earlier one are not its own
     # Every check before anything starts: an unknown group fails here, not in a worker.
     settings, mapping, spec, groups = check_telemetry(config, spec=spec)
     if _ray_started():
@@ -471,20 +468,14 @@ def shutdown_telemetry(timeout_s: float | None = None) -> ExportStats | None:
     return stats
 
 
-def add_worker_costs(costs: list[TelemetryCost | None]) -> None:
-    """Keep what the workers' telemetry cost (returned by their ``close``), for :func:`job_cost`."""
-    _worker_costs.extend(c for c in costs if isinstance(c, TelemetryCost))
-
-
-def job_cost(driver: ExportStats | None) -> TelemetryCost:
-    """The whole job's telemetry cost: the driver's final stats plus every worker's; forgets them.
+def job_cost(driver: ExportStats | None, workers: Sequence[TelemetryCost] = ()) -> TelemetryCost:
+    """The whole job's telemetry cost: the driver's final stats plus each worker's (what the
+    loop's teardown returned).
 
     ``TelemetryCost.line()`` is the line the entry point prints.
     """
     costs = [driver.cost()] if driver is not None else []
-    costs += _worker_costs
-    _worker_costs.clear()
-    return TelemetryCost.total(costs)
+    return TelemetryCost.total([*costs, *workers])
 
 
 def record_metrics(metrics: Mapping[str, Any], prefix: str = "") -> int:

@@ -1,4 +1,5 @@
-"""Metrics to a JSONL file and the console, then to OpenTelemetry through the telemetry tee."""
+"""Metrics to a JSONL file and the console, then to whatever sinks the caller adds (the loops add
+the telemetry tee, :func:`nemo_rl.telemetry.record_metrics`)."""
 
 from __future__ import annotations
 
@@ -6,15 +7,16 @@ import json
 import math
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 from tqdm import tqdm
 
-from nemo_rl.telemetry import record_metrics
+__all__ = ["Logger", "LoggerConfig", "MetricsSink"]
 
-__all__ = ["Logger", "LoggerConfig"]
+MetricsSink = Callable[[Mapping[str, Any], str], Any]
+"""Called with each ``log`` call's metrics and prefix, after the file."""
 
 
 class LoggerConfig(BaseModel):
@@ -31,13 +33,19 @@ class LoggerConfig(BaseModel):
 class Logger:
     """Writes ``{"step": n, "<prefix>/<key>": value, ...}`` lines to ``<log_dir>/metrics.jsonl``.
 
-    After the file and the console, every ``log`` call tees the same metrics to
-    ``nemo_rl.telemetry.record_metrics``, which maps logger keys to the registry's instruments.
+    After the file, every ``log`` call hands the same metrics to each of ``sinks`` (the loops
+    pass ``nemo_rl.telemetry.record_metrics``, which maps logger keys to the registry's metrics).
     """
 
     def __init__(
-        self, cfg: LoggerConfig, total_steps: int, initial_step: int = 0, desc: str = "train"
+        self,
+        cfg: LoggerConfig,
+        total_steps: int,
+        initial_step: int = 0,
+        desc: str = "train",
+        sinks: Sequence[MetricsSink] = (),
     ) -> None:
+        self._sinks = tuple(sinks)
         os.makedirs(cfg.log_dir, exist_ok=True)
         self.path = os.path.join(cfg.log_dir, "metrics.jsonl")
         self._file = open(self.path, "a", encoding="utf-8")
@@ -59,7 +67,8 @@ class Logger:
         row = {"step": step, **{f"{prefix}/{k}": _plain(v) for k, v in metrics.items()}}
         self._file.write(json.dumps(row) + "\n")
         self._file.flush()
-        record_metrics(metrics, prefix)
+        for sink in self._sinks:
+            sink(metrics, prefix)
 
     def progress(self, step: int, reward: float | None, loss: float, step_time: float) -> None:
         """Moves the progress bar to ``step`` and shows the step's reward (None: a loop without

@@ -3,6 +3,7 @@
     timer = Timer()
     with timer.span("rl.grpo.rollout", **{"rl.iteration": step}) as s:
         ...
+        spanspec.annotate(s, **{"rl.num_tokens": n})  # known only at the end of the block
     logger.log(timer.take(), step, prefix="timing")   # {"rl.grpo.rollout": 1.23, ...}
 
 ``timer.span`` both measures the block and opens ``spanspec.span`` with the same name, and the
@@ -17,9 +18,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from opentelemetry.trace import Span
+
 import spanspec
 
-__all__ = ["Timer", "annotate"]
+__all__ = ["Timer"]
 
 
 class Timer:
@@ -29,11 +32,12 @@ class Timer:
         self._seconds: dict[str, float] = defaultdict(float)
 
     @contextmanager
-    def span(self, name: str, /, **attributes: Any) -> Iterator[Any]:
+    def span(self, name: str, /, **attributes: Any) -> Iterator[Span]:
         """Times the block under ``name`` and opens the registry span ``name`` around it.
 
-        Yields the OpenTelemetry span, or None when its group is off. The time is recorded even
-        when the block raises.
+        Yields the OpenTelemetry span (a non-recording one when its group is off; late
+        attributes go through ``spanspec.annotate``). The time is recorded even when the block
+        raises.
         """
         start = time.perf_counter()
         try:
@@ -46,13 +50,3 @@ class Timer:
         """Returns ``{span name: seconds}`` gathered since the last call, and starts afresh."""
         seconds, self._seconds = dict(self._seconds), defaultdict(float)
         return seconds
-
-
-def annotate(otel_span: Any, **attributes: Any) -> None:
-    """Sets attributes known only at the end of a block (a reward mean, a byte count) on a span.
-
-    Does nothing when ``otel_span`` is None (its group is off). Use declared keys only.
-    """
-    if otel_span is not None:
-        for key, value in attributes.items():
-            otel_span.set_attribute(key, value)

@@ -128,7 +128,8 @@ class PolicyWorker:
         Trains with ``loss_fn`` (default: the one given at construction). Returns ``loss`` and
         each statistic the loss reported, averaged over the loss's normalizer; the mean pre-clip
         ``grad_norm``, the ``lr`` used, ``num_tokens`` (the batch's attended tokens, over every
-        ``*attention_mask``, so both sides of a pair count) and ``num_optimizer_steps``. Raises
+        ``*attention_mask``, so both sides of a pair count), ``num_optimizer_steps`` and
+        ``num_micro_batches`` (forward/backward passes, every pass counted). Raises
         ``ValueError`` if the loss's batch keys are missing or no loss was given.
         """
         loss_fn = loss_fn or self.loss_fn
@@ -181,6 +182,7 @@ class PolicyWorker:
             grad_norm=sum(grad_norms) / len(grad_norms),
             lr=lrs[-1],
             num_optimizer_steps=float(len(grad_norms)),
+            num_micro_batches=micro,
         )
         masks = [v for k, v in batch.items() if k.endswith("attention_mask")]  # pairs: both sides
         if masks:

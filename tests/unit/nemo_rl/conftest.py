@@ -24,7 +24,7 @@ def supervised_run(tmp_path):
 
     ``supervised_run(module, "run_a", "sft.max_steps=4", ...)`` loads
     ``examples/configs/<algo>_tiny.yaml`` with the overrides (telemetry off, logs under
-    ``tmp_path/run_a``), sets up, trains and tears down; returns the ``LoopState`` and the
+    ``tmp_path/run_a``), sets up, trains and tears down; returns the ``SupervisedSetup`` and the
     ``RunSummary``.
     """
     from nemo_rl.algorithms import supervised
@@ -44,7 +44,7 @@ def supervised_run(tmp_path):
         )
         s = module.setup(cfg)
         try:
-            summary = supervised.train(s)
+            summary = getattr(module, f"{algo}_train")(s)
         finally:
             supervised.teardown(s)
         return s, summary

@@ -86,8 +86,7 @@ def test_the_cost_matches_the_exported_files(tmp_path):
     stats = telemetry.shutdown_telemetry()
     assert stats is not None
     worker = TelemetryCost(processes=1, spans=5, spans_exported=5, process_cpu_s=2.0)
-    telemetry.add_worker_costs([worker, None])  # a worker that died returns nothing
-    cost = telemetry.job_cost(stats)
+    cost = telemetry.job_cost(stats, [worker])  # what the loop's teardown returned
 
     assert cost.processes == 2
     assert cost.spans - worker.spans == len(file_spans(folder)) == 80
@@ -99,7 +98,7 @@ def test_the_cost_matches_the_exported_files(tmp_path):
     line = cost.line()
     assert line.startswith("telemetry cost: 2 processes, 85 spans (85 exported, 0 dropped), ")
     assert f"% of the run's {cost.process_cpu_s:.1f} s CPU" in line
-    assert telemetry.job_cost(None).processes == 0  # the worker costs were used up
+    assert telemetry.job_cost(None).processes == 0
 
 
 def test_dropped_spans_in_the_cost_are_what_the_pipeline_counted(tmp_path, monkeypatch):
