@@ -77,8 +77,7 @@ class TorchGeneration(GenerationInterface):
         ) as span:
             out = self._sample(input_ids, attention_mask, greedy, seed, temperature)
             n_out = int(out["response_mask"].sum())
-            if span is not None:
-                span.set_attribute("gen_ai.usage.output_tokens", n_out)
+            spanspec.annotate(span, **{"gen_ai.usage.output_tokens": n_out})
         record_token_usage(int(attention_mask.sum()), n_out, system="torch", model=self.model_name)
         return out
 

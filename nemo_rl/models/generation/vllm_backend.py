@@ -311,8 +311,7 @@ class VllmGeneration(GenerationInterface):
                 self.tokenizer.pad_token_id,
             )
             n_out = int(result["response_mask"].sum())
-            if span is not None:
-                span.set_attribute("gen_ai.usage.output_tokens", n_out)
+            spanspec.annotate(span, **{"gen_ai.usage.output_tokens": n_out})
         record_token_usage(n_in, n_out, system="vllm", model=self.model_name)
         return result
 
@@ -328,8 +327,8 @@ class VllmGeneration(GenerationInterface):
             **{"gen_ai.usage.input_tokens": int(mask.sum())},
         ) as span:
             out = self.generate(ids, mask, greedy=greedy)
-            if span is not None:
-                span.set_attribute("gen_ai.usage.output_tokens", int(out["response_mask"].sum()))
+            n_out = int(out["response_mask"].sum())
+            spanspec.annotate(span, **{"gen_ai.usage.output_tokens": n_out})
         width = ids.shape[1]
         return [self.tokenizer.decode(row[width:]) for row in out["output_ids"].tolist()]
 
