@@ -31,6 +31,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from nemo_rl.algorithms.common import RunResult
+from nemo_rl.algorithms.task import run_inputs
 from nemo_rl.distributed import WorkerDied
 from nemo_rl.telemetry import init_telemetry_driver, job_cost, shutdown_telemetry
 from nemo_rl.utils.config import ConfigError, load_config
@@ -73,8 +74,9 @@ def run_loop(loop: Loop, argv: Sequence[str] | None = None, doc: str | None = No
     args = parser.parse_args(argv)
     try:
         cfg = load_config(args.config, args.overrides, loop.config)
+        inputs = run_inputs(cfg)  # the model and the data, for the job span and the resource
         # Telemetry first: it writes NEMO_RL_OTEL_* for the Ray workers, so it precedes ray.init.
-        handle = init_telemetry_driver(cfg, loop.name)
+        handle = init_telemetry_driver(cfg, loop.name, job=inputs.attributes())
     except (ConfigError, SettingsError, SpecError, ValidationError) as e:
         return _fail(str(e), EXIT_BAD_INPUT)
     except OSError as e:
@@ -82,13 +84,14 @@ def run_loop(loop: Loop, argv: Sequence[str] | None = None, doc: str | None = No
 
     settings = handle.settings
     print(f"telemetry: {handle.destinations()}", flush=True)  # where each signal goes
+    print(inputs.line(), flush=True)
     terminate = _Terminate()
     section = getattr(cfg, loop.name)
     job_attrs: dict[str, Any] = {
         "rl.algorithm": loop.name,
         "rl.max_steps": section.max_steps,
-        "rl.model": cfg.policy.model_name,
         "rl.run_id": settings.run_id or "",
+        **inputs.attributes(),
     }
     if settings.user_id:  # opt-in and sensitive: the registry redacts its value
         job_attrs["enduser.id"] = settings.user_id

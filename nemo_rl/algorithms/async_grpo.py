@@ -27,7 +27,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import ray
 import torch
@@ -105,6 +105,8 @@ class AsyncGRPOConfig(GRPOConfig):
 
 class MasterConfig(RolloutRunConfig):
     """A whole async-GRPO run: ``examples/configs/async_grpo_tiny.yaml`` is one."""
+
+    SECTION: ClassVar[str] = "async_grpo"
 
     async_grpo: AsyncGRPOConfig = Field(default_factory=AsyncGRPOConfig)
     """The outer loop."""
@@ -203,7 +205,7 @@ class TrajectoryCollector:
 
     def __init__(self, cfg: MasterConfig, buffer: Any) -> None:
         a = cfg.async_grpo
-        self.task = common.make_task(cfg.env, a.seed)
+        self.task = common.make_task(cfg, a.seed)
         tok = self.task.tokenizer
         # Built from the policy's seed: the same weights as the policy (version 0). Its
         # constructor starts this process's telemetry as a generation worker.
@@ -383,9 +385,9 @@ def setup(cfg: MasterConfig) -> AsyncGRPOSetup:
     """
     init_ray(num_cpus=cfg.cluster.num_cpus, address=cfg.cluster.address)
     a = cfg.async_grpo
-    task = common.make_task(cfg.env, a.seed)
+    task = common.make_task(cfg, a.seed)
     timer = Timer()
-    with timer.span("rl.async_grpo.model_init", **{"rl.model": cfg.policy.model_name}):
+    with timer.span("rl.async_grpo.model_init", **{"rl.model": cfg.policy.label}):
         temperature = cfg.generation.temperature
         loss = ClippedPGLoss(a.loss, temperature=temperature)
         vocab = task.tokenizer.vocab_size

@@ -20,6 +20,7 @@ from nemo_rl.algorithms import common
 from nemo_rl.algorithms import supervised as sv
 from nemo_rl.algorithms.common import RunResult, RunSummary
 from nemo_rl.algorithms.loss_functions import NLLLoss
+from nemo_rl.algorithms.task import SFT_ROLES
 from nemo_rl.data import PromptIterator, encode_completions
 from nemo_rl.distributed import call, init_ray
 from nemo_rl.models.generation.interface import GenerationConfig
@@ -39,6 +40,7 @@ class MasterConfig(sv.SupervisedRunConfig):
     """A whole SFT run: ``examples/configs/sft_tiny.yaml`` is one."""
 
     SECTION: ClassVar[str] = "sft"
+    DATA_ROLES: ClassVar[tuple[str, ...]] = SFT_ROLES
 
     sft: SFTConfig = Field(default_factory=SFTConfig)
     """The outer loop."""
@@ -55,9 +57,9 @@ def setup(cfg: MasterConfig) -> sv.SupervisedSetup:
     ``SupervisedSetup``. Starts (or joins) Ray if needed."""
     init_ray(num_cpus=cfg.cluster.num_cpus, address=cfg.cluster.address)
     seed = cfg.sft.seed
-    task = common.make_task(cfg.env, seed)
+    task = common.make_task(cfg, seed)
     timer = Timer()
-    with timer.span("rl.sft.model_init", **{"rl.model": cfg.policy.model_name}):
+    with timer.span("rl.sft.model_init", **{"rl.model": cfg.policy.label}):
         vocab = task.tokenizer.vocab_size
         policy = common.spawn_policy(
             cfg.policy, cfg.cluster, vocab, seed, NLLLoss(), reference=False

@@ -301,13 +301,19 @@ def _activate(handle: TelemetryHandle, spec: Spec | None) -> None:
 
 
 def init_telemetry_driver(
-    config: Any, algorithm: str, *, spec: Spec | None = None
+    config: Any,
+    algorithm: str,
+    *,
+    spec: Spec | None = None,
+    job: Mapping[str, Any] | None = None,
 ) -> TelemetryHandle:
     """Start the job's telemetry on the driver; call once, before Ray starts.
 
     ``config`` is the whole run config (a mapping, an OmegaConf config or a validated config
-    object) with an optional ``telemetry:`` block. The driver always exports when telemetry is on.
-    A second call returns the first handle.
+    object) with an optional ``telemetry:`` block. ``job`` adds resource attributes that say what
+    the job runs (the model's name and size, the datasets: ``RunInputs.attributes()``), over
+    those read from the config; every worker inherits them. The driver always exports when
+    telemetry is on. A second call returns the first handle.
 
     Returns:
         The driver's :class:`~spanspec.export.TelemetryHandle`.
@@ -343,6 +349,7 @@ def init_telemetry_driver(
         # Phoenix keeps only this resource attribute (its project); others read service.namespace.
         "openinference.project.name": settings.project,
         "service.namespace": settings.project,
+        **(job or {}),
     }
     handle = export.setup(
         # The env still carries the settings as given: a worker with the SDK exports.
