@@ -116,7 +116,9 @@ def make_task(cfg: Any, seed: int) -> Task:
     env = cfg.env
     problems = make_problems(seed, env.max_first, env.max_second, env.carry, env.val_fraction)
     tok = load_tokenizer(folder)
-    (train, n_train), (val, n_val) = (_prepare(p, tok, data, roles, "env") for p in problems)
+    # Built-in problems are prompt and answer for every loop (DPO and RM make pairs of them).
+    kind = roles if roles == SFT_ROLES else PROBLEM_ROLES
+    (train, n_train), (val, n_val) = (_prepare(p, tok, data, kind, "env") for p in problems)
     for kept, name in ((train, "training"), (val, "held-out")):
         if not kept:
             raise ValueError(

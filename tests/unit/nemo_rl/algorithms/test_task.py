@@ -78,6 +78,14 @@ def test_builtin_task_keeps_its_seeded_split_and_says_so():
     assert "rl.data.train_file" not in run_inputs(cfg).attributes()
 
 
+@pytest.mark.parametrize("loop", [sft, dpo], ids=["sft", "dpo"])
+def test_every_loop_validates_on_the_builtin_task(loop):
+    # DPO and RM make their pairs from the built-in problems, SFT learns their answers.
+    cfg = validate_config({}, loop.MasterConfig)
+    task = grpo.common.make_task(cfg, 0)
+    assert task.train and all(isinstance(p, Problem) for p in task.train)
+
+
 def test_each_loop_reads_its_own_fields(tiny_hf, tmp_path):
     # SFT: prompt -> response (here the math set's "answer" field, renamed)
     cfg = validate_config(
