@@ -1,8 +1,8 @@
 """spanspec: a declarative registry of OpenTelemetry spans and metrics, and a near-free runtime.
 
-    spec = spanspec.load("schemas/span_groups.yaml")
-    spanspec.activate(spec, groups="per_step")
-    with spanspec.span("rl.grpo.rollout", **{"rl.iteration": 3}):
+    spec = spanspec.load("examples/pipeline/registry.yaml")   # or load(): the installed one
+    spanspec.activate(spec, groups="default")
+    with spanspec.span("pipeline.load", **{"pipeline.batch.index": 3}):
         ...
 
 Importing this package loads only the OpenTelemetry API; pydantic and PyYAML load when a
