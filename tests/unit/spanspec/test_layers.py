@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import fnmatch
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -281,3 +282,16 @@ def test_finding_the_installed_registry_imports_no_program():
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_spanspec_names_no_application():
+    # What a program calls things comes from its registry's conventions, never from spanspec.
+    words = re.compile(r"(?<![A-Za-z])rl\.|(?i:nemo|vllm|lens)")
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in sorted((ROOT / "spanspec").rglob("*"))
+        if path.suffix in (".py", ".html", ".yaml", ".json")
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if words.search(line)
+    ]
+    assert not found, "an application's words in spanspec:\n  " + "\n  ".join(found)
