@@ -71,7 +71,7 @@ from nemo_rl.distributed import (  # noqa: E402
     spawn_actor,
     telemetry_env_vars,
 )
-from nemo_rl.distributed.ray_cluster import TELEMETRY_ENV_PREFIXES  # noqa: E402
+from nemo_rl.distributed.ray_cluster import telemetry_env_prefixes  # noqa: E402
 from nemo_rl.telemetry import get_telemetry, init_telemetry_driver, shutdown_telemetry  # noqa: E402
 from tests.collector import Agent, rotel_agent  # noqa: E402
 
@@ -132,7 +132,8 @@ class SimWorker:
 
     def begin(self, env: dict[str, str], local_rank: int) -> bool:
         """Starts this rank's telemetry from ``env`` (the driver's); returns whether it exports."""
-        for key in [k for k in os.environ if k.startswith(TELEMETRY_ENV_PREFIXES)]:
+        prefixes = telemetry_env_prefixes()
+        for key in [k for k in os.environ if k.startswith(prefixes)]:
             del os.environ[key]
         os.environ.update(env)
         os.environ["LOCAL_RANK"] = str(local_rank)  # what torchrun / SLURM / a launcher sets
@@ -336,7 +337,8 @@ def run_case(
     args: Any,
 ) -> Case:
     """Runs ``args.steps`` steps with fresh telemetry under ``strategy`` and ``preset``."""
-    for key in [k for k in os.environ if k.startswith(TELEMETRY_ENV_PREFIXES)]:
+    prefixes = telemetry_env_prefixes()
+    for key in [k for k in os.environ if k.startswith(prefixes)]:
         del os.environ[key]
     os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = collector.grpc_endpoint
     os.environ["OTEL_EXPORTER_OTLP_PROTOCOL"] = "grpc"

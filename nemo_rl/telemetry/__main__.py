@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 import spanspec
-from nemo_rl.telemetry.config import TelemetryConfig
+from nemo_rl.telemetry.config import RL_FIELDS, TelemetryConfig
 from nemo_rl.telemetry.lifecycle import check_telemetry
 from nemo_rl.utils.config import ConfigError, read_config, validate_config
 from spanspec.export import planned_destinations
@@ -51,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config: Any = read_config(args.config, args.overrides)
         validate_config(config, _TelemetryOnly)  # the run's messages: "telemetry.enabled: ..."
-        settings, _, _, _ = check_telemetry(config)
+        settings, _, spec, _ = check_telemetry(config)
     except (ConfigError, SettingsError, spanspec.SpecError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -63,7 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SettingsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    for var in ignored_variables():
+    for var in ignored_variables(conventions=spec.conventions, fields=RL_FIELDS):
         print(f"warning: {var}: not a setting here, ignored", file=sys.stderr)
     if args.json:
         rows: dict[str, Any] = {

@@ -28,17 +28,11 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 import spanspec
-from nemo_rl.telemetry.config import TelemetryConfig
+from nemo_rl.telemetry.config import RL_FIELDS, TelemetryConfig, read_settings
 from spanspec import export, watchdog
 from spanspec import metrics as spanspec_metrics
 from spanspec.export import ExportStats, TelemetryCost, TelemetryHandle
-from spanspec.settings import (
-    DEFAULT_PREFIX,
-    Settings,
-    SettingsError,
-    ignored_variables,
-    load_settings,
-)
+from spanspec.settings import Settings, SettingsError, ignored_variables
 from spanspec.spec import Spec
 
 __all__ = [
@@ -155,13 +149,15 @@ def _run_folder(config: Mapping[str, Any], run_id: str) -> Path:
 
 
 def resolve_settings(
-    config: Any = None, env: Mapping[str, str] | None = None
+    config: Any = None, env: Mapping[str, str] | None = None, *, spec: Spec | None = None
 ) -> tuple[Settings, Mapping[str, Any]]:
     """Return the effective settings for a run config and env, and the config as a mapping.
 
     Fills what neither env nor YAML gave: ``run_id`` (``$SLURM_JOB_ID``, else 12 random hex
     digits), ``project`` (the run folder's name) and ``file_dir`` (``<logger.log_dir or runs/<run_id>>/telemetry``, made absolute so
-    workers with another working directory write to the same place). Writes nothing.
+    workers with another working directory write to the same place). The env prefixes and the
+    default service name are the registry's conventions (``spec``, default the discovered
+    registry). Writes nothing.
 
     Raises:
         pydantic.ValidationError: for a malformed ``telemetry:`` block.
@@ -170,7 +166,7 @@ def resolve_settings(
     env = os.environ if env is None else env
     mapping = _as_mapping(config)
     block = telemetry_block(config)
-    settings = load_settings(block.explicit(), env=env, defaults={"service_name": "nemo-rl"})
+    settings = read_settings(block.explicit(), env=env, spec=spec)
     if settings.run_id is None:
         slurm = env.get("SLURM_JOB_ID", "").strip()
         settings = settings.with_values(
@@ -209,8 +205,8 @@ def check_telemetry(
         SettingsError: for a bad variable, an unknown group or an unwritable ``file_dir``.
         SpecError: for a registry that cannot be loaded.
     """
-    settings, mapping = resolve_settings(config, env)
     spec = spec or spanspec.load()
+    settings, mapping = resolve_settings(config, env, spec=spec)
     try:
         groups = spec.resolve(settings.span_groups)
     except spanspec.SpecError as exc:
@@ -258,7 +254,7 @@ def _unwritable(folder: Path) -> str | None:
 
 
 def _write_env(settings: Settings, resource: Mapping[str, Any]) -> None:
-    for key, value in settings.to_env(DEFAULT_PREFIX).items():
+    for key, value in settings.to_env().items():
         os.environ.setdefault(key, value)
     given = os.environ.get("OTEL_RESOURCE_ATTRIBUTES", "").strip()
     present = {unquote(p.split("=", 1)[0].strip()) for p in given.split(",") if "=" in p}
@@ -329,7 +325,7 @@ def init_telemetry_driver(
             "telemetry: init_telemetry_driver ran after Ray started; workers started earlier "
             "do not see the telemetry settings"
         )
-    ignored = ignored_variables()
+    ignored = ignored_variables(conventions=spec.conventions, fields=RL_FIELDS)
     if ignored:
         _log.warning(
             "telemetry: %s: not a setting here, ignored (the nemo-lens names we read are in "
@@ -397,9 +393,9 @@ def init_telemetry_worker(
         return _handle
     try:
         # Without the driver's settings (no run id in the env) a worker stays off unless told.
-        driver_ran = bool(os.environ.get(DEFAULT_PREFIX + "RUN_ID"))
-        settings = load_settings(env=os.environ, defaults={"enabled": driver_ran})
         spec = spec or spanspec.load()
+        driver_ran = bool(os.environ.get(f"{spec.conventions.env_prefix}RUN_ID"))
+        settings = read_settings(env=os.environ, spec=spec, defaults={"enabled": driver_ran})
         groups = spec.resolve(settings.span_groups)
         picked = export.should_export(
             settings, rank, world_size, local_rank=local_rank, worker_group=worker_group
