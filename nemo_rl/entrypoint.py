@@ -33,7 +33,7 @@ from pydantic import BaseModel, ValidationError
 from nemo_rl.algorithms.common import RunResult
 from nemo_rl.algorithms.task import run_inputs
 from nemo_rl.distributed import WorkerDied
-from nemo_rl.telemetry import init_telemetry_driver, job_cost, shutdown_telemetry
+from nemo_rl.telemetry import RunIdentity, init_telemetry_driver, job_cost, shutdown_telemetry
 from nemo_rl.utils.config import ConfigError, load_config
 from spanspec.export import ExportStats
 from spanspec.findings import SpecError
@@ -75,8 +75,15 @@ def run_loop(loop: Loop, argv: Sequence[str] | None = None, doc: str | None = No
     try:
         cfg = load_config(args.config, args.overrides, loop.config)
         inputs = run_inputs(cfg)  # the model and the data, for the job span and the resource
+        identity = RunIdentity(
+            algorithm=loop.name,
+            model=inputs.model,
+            run_dir=cfg.logger.log_dir,
+            max_steps=getattr(cfg, loop.name).max_steps,
+            inputs=inputs.attributes(),
+        )
         # Telemetry first: it writes NEMO_RL_OTEL_* for the Ray workers, so it precedes ray.init.
-        handle = init_telemetry_driver(cfg, loop.name, job=inputs.attributes())
+        handle = init_telemetry_driver(cfg.telemetry, identity)
     except (ConfigError, SettingsError, SpecError, ValidationError) as e:
         return _fail(str(e), EXIT_BAD_INPUT)
     except OSError as e:
@@ -86,18 +93,9 @@ def run_loop(loop: Loop, argv: Sequence[str] | None = None, doc: str | None = No
     print(f"telemetry: {handle.destinations()}", flush=True)  # where each signal goes
     print(inputs.line(), flush=True)
     terminate = _Terminate()
-    section = getattr(cfg, loop.name)
-    job_attrs: dict[str, Any] = {
-        "rl.algorithm": loop.name,
-        "rl.max_steps": section.max_steps,
-        "rl.run_id": settings.run_id or "",
-        **inputs.attributes(),
-    }
-    if settings.user_id:  # opt-in and sensitive: the registry redacts its value
-        job_attrs["enduser.id"] = settings.user_id
     try:
         with terminate:
-            result = loop.run(cfg, job_attrs)
+            result = loop.run(cfg, identity.job_attributes(settings))
     except ConfigError as e:  # found only once data or a checkpoint was read
         return _fail(str(e), EXIT_BAD_INPUT, shutdown=True)
     except _worker_errors() as e:

@@ -319,7 +319,9 @@ def build(
         if "prometheus" in settings.exporters:
             from spanspec.export import prometheus
 
-            built.prometheus = prometheus.start(settings.prometheus_port)
+            built.prometheus = prometheus.start(
+                settings.prometheus_port, setting=settings.how_to_set("prometheus_port")
+            )
             readers.append(built.prometheus.reader)
             pipeline("metrics", "prometheus").destination = built.prometheus.url
         built.meter_provider = MeterProvider(

@@ -39,11 +39,18 @@ class PrometheusServer:
         self.server.server_close()
 
 
-def start(base_port: int, tries: int = PORTS_TRIED) -> PrometheusServer:
+def start(
+    base_port: int, tries: int = PORTS_TRIED, setting: str = "prometheus_port"
+) -> PrometheusServer:
     """Serve a fresh registry's metrics on the first free port from ``base_port``.
 
+    ``setting`` is how the message tells a person to change the port (the variable and key).
+
+    Returns:
+        The running :class:`PrometheusServer`.
+
     Raises:
-        SettingsError: naming ``prometheus_port`` when none of the ports is free.
+        SettingsError: naming ``setting`` when none of the ports is free.
     """
     from opentelemetry.exporter.prometheus import PrometheusMetricReader
     from prometheus_client import CollectorRegistry, start_http_server
@@ -71,7 +78,6 @@ def start(base_port: int, tries: int = PORTS_TRIED) -> PrometheusServer:
     raise SettingsError(
         [
             f"prometheus_port={base_port}: no free port among {base_port}-{base_port + tries - 1} "
-            f"on 127.0.0.1 ({last.strerror if last else 'in use'}); set "
-            "NEMO_RL_OTEL_PROMETHEUS_PORT (or telemetry.prometheus_port) to a free range"
+            f"on 127.0.0.1 ({last.strerror if last else 'in use'}); set {setting} to a free range"
         ]
     )
