@@ -106,24 +106,25 @@ def test_short_run_learns(ray_cluster, tmp_path):
 
 @pytest.mark.slow
 def test_short_run_on_a_model_folder_and_jsonl_data_learns(ray_cluster, tmp_path, tiny_hf):
-    # examples/configs/grpo_hf.yaml as it is, on the tiny folder and math set, cut to 40 steps
-    # (about 30 s of training on two cores).
+    # examples/configs/grpo_hf.yaml as it is, on the tiny folder and math set, cut to 60 steps
+    # (about 45 s of training on two cores). Held-out accuracy stays near 0 for ~40 steps, then
+    # climbs (0.155 at step 60, 0.255 at step 80 on this seed).
     cfg = load_config(
         "examples/configs/grpo_hf.yaml",
         [
             f"logger.log_dir={tmp_path}",
             "logger.tqdm=false",
             "telemetry.enabled=false",
-            "grpo.max_steps=40",
-            "grpo.val_period=40",
+            "grpo.max_steps=60",
+            "grpo.val_period=60",
             "checkpointing.enabled=false",
             *_folder(tiny_hf),
         ],
         MasterConfig,
     )
     summary = _run(cfg)
-    (step0, acc0), (step40, acc40) = summary["validation"]
-    assert (step0, step40) == (0, 40) and acc0 == 0.0 and acc40 > 0.0, summary["validation"]
+    (step0, acc0), (step60, acc60) = summary["validation"]
+    assert (step0, step60) == (0, 60) and acc0 == 0.0 and acc60 >= 0.05, summary["validation"]
     rewards = summary["rewards"]
     first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
-    assert last > first + 0.08, (first, last)
+    assert last > first + 0.1, (first, last)
