@@ -30,7 +30,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from nemo_rl.algorithms.common import RunResult
+from nemo_rl.algorithms.common import RunResult, cluster_address_problem
 from nemo_rl.distributed import WorkerDied
 from nemo_rl.telemetry import RunIdentity, init_telemetry_driver, job_cost, shutdown_telemetry
 from nemo_rl.utils.config import ConfigError, load_config
@@ -79,6 +79,8 @@ def run_loop(loop: Loop, argv: Sequence[str] | None = None, doc: str | None = No
             run_dir=cfg.logger.log_dir,
             max_steps=getattr(cfg, loop.name).max_steps,
         )
+        if problem := cluster_address_problem(cfg.cluster):  # before anything starts
+            raise ConfigError([problem])
         # Telemetry first: it writes NEMO_RL_OTEL_* for the Ray workers, so it precedes ray.init.
         handle = init_telemetry_driver(cfg.telemetry, identity)
     except (ConfigError, SettingsError, SpecError, ValidationError) as e:
