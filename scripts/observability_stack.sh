@@ -1,23 +1,28 @@
 #!/usr/bin/env bash
 # A local observability stack on 127.0.0.1, each part from its own registry package:
 #
-#   rotel       OTLP collector (PyPI `rotel`)      gRPC :4317, HTTP :4318  -> Phoenix
+#   rotel       OTLP collector (PyPI `rotel`)      gRPC :4317, HTTP :4318; traces -> Phoenix
 #   Phoenix     traces UI (PyPI `arize-phoenix`)   UI and OTLP/HTTP :6006 (its gRPC on :4319)
-#   Prometheus  metrics (Debian `prometheus`)      UI and API :9090, scrapes :9464-9471/metrics
+#   Prometheus  metrics (Debian `prometheus`)      UI, API and remote-write receiver :9090
 #
-# Runs send spans to rotel, which batches and retries (every 1-5 s, for ROTEL_RETRY_FOR: 300s), so
-# a restarting Phoenix loses nothing; every exporting process serves its metrics on the first free
-# port from 9464 for Prometheus.
+# Each signal goes where it is kept. Spans go to rotel, which batches and retries (every 1-5 s,
+# for ROTEL_RETRY_FOR: 300s), so a restarting Phoenix loses nothing. Metrics do not pass through
+# rotel: it has no exporter Prometheus 2.42 takes (rotel exports OTLP, Datadog, ClickHouse,
+# X-Ray, Kafka; Prometheus takes OTLP only from 2.47), so every exporting process pushes its
+# metrics to Prometheus's remote-write receiver, the last export at shutdown too, each series
+# labelled with the run id, role and rank. rotel takes traces only and refuses metrics and logs at
+# the door, so a run that sends them there is told at once (and keeps them in its files) instead
+# of rotel dropping them one hop away.
 #
 #   bash scripts/observability_stack.sh install   # the stack's venv (.stack/venv); ~850 MB, minutes
 #   bash scripts/observability_stack.sh up        # install if needed, start, print the settings
-#   bash scripts/observability_stack.sh status
+#   bash scripts/observability_stack.sh status [RUN_ID]  # what runs; what the stack holds of a run
 #   bash scripts/observability_stack.sh restart phoenix  # same ports and data: earlier traces stay
 #   bash scripts/observability_stack.sh down      # stop what `up` started (its pid files)
 #
 # Phoenix has its own venv because it pins its own OpenTelemetry and web stack. Ports and the
-# folders are environment variables: STACK_DIR, STACK_VENV, PHOENIX_PORT, PHOENIX_GRPC_PORT, ROTEL_GRPC_PORT,
-# ROTEL_HTTP_PORT, PROMETHEUS_PORT, METRICS_PORT (the first of METRICS_PORTS ports), ROTEL_RETRY_FOR.
+# folders are environment variables: STACK_DIR, STACK_VENV, PHOENIX_PORT, PHOENIX_GRPC_PORT,
+# ROTEL_GRPC_PORT, ROTEL_HTTP_PORT, PROMETHEUS_PORT, ROTEL_RETRY_FOR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STACK_DIR=$(mkdir -p "${STACK_DIR:-.stack}" && cd "${STACK_DIR:-.stack}" && pwd)
@@ -26,8 +31,6 @@ PHOENIX_GRPC_PORT=${PHOENIX_GRPC_PORT:-4319}
 ROTEL_GRPC_PORT=${ROTEL_GRPC_PORT:-4317}
 ROTEL_HTTP_PORT=${ROTEL_HTTP_PORT:-4318}
 PROMETHEUS_PORT=${PROMETHEUS_PORT:-9090}
-METRICS_PORT=${METRICS_PORT:-9464}
-METRICS_PORTS=${METRICS_PORTS:-8}
 ROTEL_RETRY_FOR=${ROTEL_RETRY_FOR:-300s}
 VENV=${STACK_VENV:-$STACK_DIR/venv}
 PHOENIX_SPEC=${PHOENIX_SPEC:-arize-phoenix>=12}
@@ -73,20 +76,14 @@ start() {  # name command...
   echo $! >"$STACK_DIR/$name.pid"
 }
 
+# Runs push their metrics (remote write): nothing to scrape, nothing to discover, and nothing to
+# stop looking for when a run ends.
 prometheus_config() {
-  local targets="" port
-  for ((port = METRICS_PORT; port < METRICS_PORT + METRICS_PORTS; port++)); do
-    targets+="'127.0.0.1:$port', "
-  done
   cat >"$STACK_DIR/prometheus.yml" <<EOF
-# Written by scripts/observability_stack.sh: every process of a run serves /metrics on the first
-# free port from $METRICS_PORT (telemetry.exporter includes prometheus).
+# Written by scripts/observability_stack.sh: runs push their metrics to /api/v1/write
+# (telemetry.exporter includes prometheus, telemetry.prometheus_remote_write_url is set).
 global:
-  scrape_interval: 2s
-scrape_configs:
-  - job_name: nemo-rl
-    static_configs:
-      - targets: [${targets%, }]
+  scrape_interval: 15s
 EOF
 }
 
@@ -102,7 +99,8 @@ start_prometheus() {
   prometheus_config
   start prometheus prometheus --config.file="$STACK_DIR/prometheus.yml" \
     --storage.tsdb.path="$STACK_DIR/prometheus-data" \
-    --web.listen-address="127.0.0.1:$PROMETHEUS_PORT"
+    --web.listen-address="127.0.0.1:$PROMETHEUS_PORT" \
+    --web.enable-remote-write-receiver
 }
 
 # rotel's own retry defaults (first retry after 5 s, then up to 30 s apart) would leave a
@@ -111,6 +109,7 @@ start_rotel() {
   start rotel "$(rotel_agent)" start \
     --otlp-grpc-endpoint "127.0.0.1:$ROTEL_GRPC_PORT" \
     --otlp-http-endpoint "127.0.0.1:$ROTEL_HTTP_PORT" \
+    --otlp-receiver-metrics-disabled --otlp-receiver-logs-disabled \
     --exporter otlp --otlp-exporter-protocol http \
     --otlp-exporter-endpoint "http://127.0.0.1:$PHOENIX_PORT" \
     --otlp-exporter-retry-initial-backoff 1s --otlp-exporter-retry-max-backoff 5s \
@@ -140,14 +139,23 @@ up() {
   wait_rotel
   cat <<EOF
 stack: up (logs and pid files in $STACK_DIR)
-  Phoenix     http://127.0.0.1:$PHOENIX_PORT       traces, one project per run
-  Prometheus  http://127.0.0.1:$PROMETHEUS_PORT       metrics, e.g. rl_train_loss
-  rotel       127.0.0.1:$ROTEL_GRPC_PORT (gRPC), :$ROTEL_HTTP_PORT (HTTP)   in front of Phoenix
+  Phoenix     http://127.0.0.1:$PHOENIX_PORT       traces, one project per run (telemetry.project)
+  Prometheus  http://127.0.0.1:$PROMETHEUS_PORT       metrics, pushed by every process of a run
+  rotel       127.0.0.1:$ROTEL_GRPC_PORT (gRPC), :$ROTEL_HTTP_PORT (HTTP)   traces into Phoenix; refuses metrics and logs
 Send a run's telemetry here with these settings (env, or the same keys in the telemetry: block):
   export OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:$ROTEL_GRPC_PORT
   export NEMO_RL_OTEL_EXPORTER=otlp,prometheus,file
-  export NEMO_RL_OTEL_PROMETHEUS_PORT=$METRICS_PORT
+  export NEMO_RL_OTEL_PROMETHEUS_REMOTE_WRITE_URL=http://127.0.0.1:$PROMETHEUS_PORT/api/v1/write
   python examples/run_grpo.py telemetry.project=my_run
+Where each signal goes: traces to rotel (then Phoenix) and the run's traces.jsonl; metrics to
+Prometheus (every export, the last one at shutdown too) and metrics.jsonl; logs (off unless
+telemetry.logs_enabled=true) to logs.jsonl only: rotel refuses them, and the run says so.
+Queries for a GRPO run (its run id is on the run's first lines), in Prometheus's UI:
+  rl_policy_loss{rl_run_id="<run id>"}                 the loss, step by step
+  rl_reward_mean{rl_run_id="<run id>"}                 the mean reward
+  rl_step_duration_seconds_count{rl_run_id="<run id>"} steps done
+  histogram_quantile(0.9, rate(rl_step_duration_seconds_bucket[1m]))   slow steps
+What the stack holds of one run:  bash $0 status <run id>
 EOF
 }
 
@@ -185,11 +193,15 @@ restart() {
   say "$1 running again (pid $(cat "$STACK_DIR/$1.pid"))"
 }
 
-status() {
+status() {  # [run id]: what each part holds of that run
   local name
   for name in phoenix prometheus rotel; do
     if running "$name"; then say "$name running (pid $(cat "$STACK_DIR/$name.pid"))"; else say "$name stopped"; fi
   done
+  running prometheus || return 0
+  [ -x "$VENV/bin/python" ] || die "no stack venv at $VENV: run '$0 up' first"
+  "$VENV/bin/python" scripts/stack_status.py --phoenix "http://127.0.0.1:$PHOENIX_PORT" \
+    --prometheus "http://127.0.0.1:$PROMETHEUS_PORT" --rotel-log "$STACK_DIR/rotel.log" "$@"
 }
 
 case "${1:-}" in
@@ -197,6 +209,6 @@ case "${1:-}" in
   up) up ;;
   down) down ;;
   restart) restart "${2:-}" ;;
-  status) status ;;
-  *) echo "usage: $0 install|up|down|status|restart phoenix|prometheus|rotel" >&2; exit 2 ;;
+  status) shift; status "$@" ;;
+  *) echo "usage: $0 install|up|down|status [RUN_ID]|restart phoenix|prometheus|rotel" >&2; exit 2 ;;
 esac

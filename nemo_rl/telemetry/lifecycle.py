@@ -66,6 +66,11 @@ def _count_stall(stall: watchdog.Stall) -> None:
     spanspec_metrics.record("rl.stalls", 1, {"rl.stall.span": stall.name})
 
 
+# The resource attributes every Prometheus series carries as labels (rl_run_id, rl_worker_group,
+# rl_worker_rank): the run's, then the process's lane, so one run's series never mix with
+# another's and each process's are apart. The registry's run and lane attributes.
+LABEL_ATTRIBUTES = ("rl.run_id", "rl.worker.group", "rl.worker.rank")
+
 # The SDK and exporters come with the ``otel`` extra; without them every site is a no-op.
 SDK_MISSING_HINT = "pip install 'nemo-rl-otel[otel]'"
 _sdk_warned = False
@@ -360,6 +365,7 @@ def init_telemetry_driver(
         worker_group="driver",
         exporting=True,
         handle_sigterm=True,
+        label_attributes=LABEL_ATTRIBUTES,
     )
     # Only once every setting has proved good, so a failed init leaves the env as it found it;
     # written also when off, so that workers are off too.
@@ -421,6 +427,7 @@ def init_telemetry_worker(
             worker_group=worker_group,
             node=node,
             handle_sigterm=True,
+            label_attributes=LABEL_ATTRIBUTES,
         )
         _activate(handle, spec)
     except Exception as exc:  # a worker trains on whatever its telemetry settings say
