@@ -146,7 +146,9 @@ def case_black_hole(protocol: str) -> dict:
         import spanspec
         from nemo_rl import telemetry
 
-        telemetry.init_telemetry_driver({"telemetry": {"span_groups": "all"}}, "grpo")
+        telemetry.init_telemetry_driver(
+            telemetry.TelemetryConfig(span_groups="all"), telemetry.RunIdentity("grpo")
+        )
         for i in range(5_000):
             with spanspec.span("rl.worker.train_microbatch", **{"rl.micro_batch": i}):
                 pass

@@ -71,8 +71,14 @@ from nemo_rl.distributed import (  # noqa: E402
     spawn_actor,
     telemetry_env_vars,
 )
-from nemo_rl.distributed.ray_cluster import TELEMETRY_ENV_PREFIXES  # noqa: E402
-from nemo_rl.telemetry import get_telemetry, init_telemetry_driver, shutdown_telemetry  # noqa: E402
+from nemo_rl.distributed.ray_cluster import telemetry_env_prefixes  # noqa: E402
+from nemo_rl.telemetry import (  # noqa: E402
+    RunIdentity,
+    TelemetryConfig,
+    get_telemetry,
+    init_telemetry_driver,
+    shutdown_telemetry,
+)
 from tests.collector import Agent, rotel_agent  # noqa: E402
 
 STRATEGIES = ("all_ranks", "first_rank_per_node", "sampled", "single_rank")
@@ -132,7 +138,8 @@ class SimWorker:
 
     def begin(self, env: dict[str, str], local_rank: int) -> bool:
         """Starts this rank's telemetry from ``env`` (the driver's); returns whether it exports."""
-        for key in [k for k in os.environ if k.startswith(TELEMETRY_ENV_PREFIXES)]:
+        prefixes = telemetry_env_prefixes()
+        for key in [k for k in os.environ if k.startswith(prefixes)]:
             del os.environ[key]
         os.environ.update(env)
         os.environ["LOCAL_RANK"] = str(local_rank)  # what torchrun / SLURM / a launcher sets
@@ -336,27 +343,26 @@ def run_case(
     args: Any,
 ) -> Case:
     """Runs ``args.steps`` steps with fresh telemetry under ``strategy`` and ``preset``."""
-    for key in [k for k in os.environ if k.startswith(TELEMETRY_ENV_PREFIXES)]:
+    prefixes = telemetry_env_prefixes()
+    for key in [k for k in os.environ if k.startswith(prefixes)]:
         del os.environ[key]
     os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = collector.grpc_endpoint
     os.environ["OTEL_EXPORTER_OTLP_PROTOCOL"] = "grpc"
     run_id = f"scale-{strategy}-{preset}-{secrets.token_hex(3)}"
-    config = {
-        "telemetry": {
-            "exporter": "otlp",
-            "span_groups": preset,
-            "export_strategy": strategy,
-            "export_sample_rate": args.sample_rate,
-            "metrics_enabled": False,
-            "run_id": run_id,
-            "shutdown_timeout_s": 30.0,
-        },
-        "logger": {"log_dir": tempfile.mkdtemp(prefix="bench_scale_")},
-    }
+    config = TelemetryConfig(
+        exporter="otlp",
+        span_groups=preset,
+        export_strategy=strategy,
+        export_sample_rate=args.sample_rate,
+        metrics_enabled=False,
+        run_id=run_id,
+        shutdown_timeout_s=30.0,
+    )
+    identity = RunIdentity("grpo", run_dir=tempfile.mkdtemp(prefix="bench_scale_"))
     case = Case(strategy, preset, len(workers), len(set(node_of)), args.steps)
     case.rank_nodes = dict(enumerate(node_of))
     collector_cpu = _cpu_s(collector.process.pid)
-    init_telemetry_driver(config, "grpo")
+    init_telemetry_driver(config, identity)
     env = telemetry_env_vars()
     local = [node_of[:r].count(node_of[r]) for r in range(len(workers))]
     leaders: dict[Any, list[Any]] = {}

@@ -32,7 +32,7 @@ from pydantic import BaseModel, ValidationError
 
 from nemo_rl.algorithms.common import RunResult
 from nemo_rl.distributed import WorkerDied
-from nemo_rl.telemetry import init_telemetry_driver, job_cost, shutdown_telemetry
+from nemo_rl.telemetry import RunIdentity, init_telemetry_driver, job_cost, shutdown_telemetry
 from nemo_rl.utils.config import ConfigError, load_config
 from spanspec.export import ExportStats
 from spanspec.findings import SpecError
@@ -73,8 +73,14 @@ def run_loop(loop: Loop, argv: Sequence[str] | None = None, doc: str | None = No
     args = parser.parse_args(argv)
     try:
         cfg = load_config(args.config, args.overrides, loop.config)
+        identity = RunIdentity(
+            algorithm=loop.name,
+            model=cfg.policy.model_name,
+            run_dir=cfg.logger.log_dir,
+            max_steps=getattr(cfg, loop.name).max_steps,
+        )
         # Telemetry first: it writes NEMO_RL_OTEL_* for the Ray workers, so it precedes ray.init.
-        handle = init_telemetry_driver(cfg, loop.name)
+        handle = init_telemetry_driver(cfg.telemetry, identity)
     except (ConfigError, SettingsError, SpecError, ValidationError) as e:
         return _fail(str(e), EXIT_BAD_INPUT)
     except OSError as e:
@@ -83,18 +89,9 @@ def run_loop(loop: Loop, argv: Sequence[str] | None = None, doc: str | None = No
     settings = handle.settings
     print(f"telemetry: {handle.destinations()}", flush=True)  # where each signal goes
     terminate = _Terminate()
-    section = getattr(cfg, loop.name)
-    job_attrs: dict[str, Any] = {
-        "rl.algorithm": loop.name,
-        "rl.max_steps": section.max_steps,
-        "rl.model": cfg.policy.model_name,
-        "rl.run_id": settings.run_id or "",
-    }
-    if settings.user_id:  # opt-in and sensitive: the registry redacts its value
-        job_attrs["enduser.id"] = settings.user_id
     try:
         with terminate:
-            result = loop.run(cfg, job_attrs)
+            result = loop.run(cfg, identity.job_attributes(settings))
     except ConfigError as e:  # found only once data or a checkpoint was read
         return _fail(str(e), EXIT_BAD_INPUT, shutdown=True)
     except _worker_errors() as e:

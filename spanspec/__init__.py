@@ -1,10 +1,10 @@
 """spanspec: a declarative registry of OpenTelemetry spans and metrics, and a near-free runtime.
 
-    spec = spanspec.load("schemas/span_groups.yaml")
-    spanspec.activate(spec, groups="per_step")
-    with spanspec.span("rl.grpo.rollout", **{"rl.iteration": 3}) as s:
-        mean = ...
-        spanspec.annotate(s, **{"rl.reward.mean": mean})  # checked as span()'s keywords are
+    spec = spanspec.load("examples/pipeline/registry.yaml")   # or load(): the installed one
+    spanspec.activate(spec, groups="default")
+    with spanspec.span("pipeline.load", **{"pipeline.batch.index": 3}) as s:
+        rows = ...
+        spanspec.annotate(s, **{"pipeline.rows": rows})  # checked as span()'s keywords are
 
 Importing this package loads only the OpenTelemetry API; pydantic and PyYAML load when a
 registry file is read (:func:`load`), the OpenTelemetry SDK only in :mod:`spanspec.export`.

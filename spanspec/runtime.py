@@ -27,7 +27,7 @@ from spanspec.findings import Finding, SpecError
 from spanspec.spec import REDACTED, AttributeDef, SpanEntry, Spec
 
 __all__ = [
-    "DEFAULT_ENV_VAR",
+    "FROM_CONVENTIONS",
     "REDACTED",
     "activate",
     "active_spec",
@@ -41,7 +41,17 @@ __all__ = [
     "traced",
 ]
 
-DEFAULT_ENV_VAR = "NEMO_RL_OTEL_SPAN_GROUPS"
+
+class _FromConventions:
+    """The default of :func:`activate`'s ``env_var``: the registry's ``$<env_prefix>SPAN_GROUPS``."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "FROM_CONVENTIONS"
+
+
+FROM_CONVENTIONS: Any = _FromConventions()
 _log = logging.getLogger("spanspec")
 # Bound once: the enabled path calls them on every span.
 _attach, _detach, _in_context = otel_context.attach, otel_context.detach, trace.set_span_in_context
@@ -280,7 +290,7 @@ def span(
     ``links`` (OpenTelemetry ``SpanContext`` or ``Link`` objects) are the span's links: spans of
     other traces it depends on, such as the rollouts a training step consumed.
 
-    ``with span("rl.grpo.rollout", **{"rl.iteration": 3}) as s:`` gives the OpenTelemetry span.
+    ``with span("pipeline.load", **{"pipeline.batch.index": 3}) as s:`` gives the OpenTelemetry span.
     When the span's group is off or spanspec is not active it costs one dict lookup and gives
     OpenTelemetry's non-recording span (``is_recording()`` False; ``set_attribute``,
     ``add_link`` and :func:`annotate` do nothing on it), from one shared no-op object. Set
@@ -295,7 +305,7 @@ def span(
         gate = _gates.get(name, _default)
     except TypeError:  # an unhashable name; zero cost on the hot path otherwise
         raise TypeError(
-            f"span() takes the span name as a string such as 'rl.grpo.step', "
+            f"span() takes the span name as a string such as 'db.query.execute', "
             f"not a {type(name).__name__}"
         ) from None
     if gate is NOOP:
@@ -452,17 +462,21 @@ def activate(
     groups: str | None = "default",
     tracer_provider: trace.TracerProvider | None = None,
     strict: bool = False,
-    env_var: str | None = DEFAULT_ENV_VAR,
+    env_var: str | None = FROM_CONVENTIONS,
 ) -> frozenset[str]:
     """Switch on the spans of ``spec`` whose group ``groups`` enables; return the enabled groups.
 
-    A non-empty ``$NEMO_RL_OTEL_SPAN_GROUPS`` (``env_var``) overrides ``groups``. Spans go to
-    ``tracer_provider``, or to the global OpenTelemetry provider when None.
+    A non-empty ``$<env_var>`` overrides ``groups``: by default the registry's
+    ``$<env_prefix>SPAN_GROUPS`` (``spec.conventions.groups_variable``; none when the registry
+    declares no prefix), ``None`` for no override. Spans go to ``tracer_provider``, or to the
+    global OpenTelemetry provider when None.
 
     Raises:
         SpecError: for an unknown group or preset; nothing changes then.
     """
     global _gates, _default, _spec, _groups, _tracer, _strict, _sensitive
+    if env_var is FROM_CONVENTIONS:
+        env_var = spec.conventions.groups_variable
     override = os.environ.get(env_var, "").strip() if env_var else ""
     expression = override or groups
     try:

@@ -2,16 +2,22 @@
 
 Every setting is read, in order, from
 
-1. ``$<prefix><NAME>`` (``NEMO_RL_OTEL_ENABLED``),
-2. ``$<fallback_prefix><NAME>`` (``NEMO_LENS_ENABLED``),
+1. ``$<prefix><NAME>`` (``MYAPP_OTEL_ENABLED``),
+2. ``$<fallback_prefix><NAME>`` for each fallback prefix, in order,
 3. the mapping (the ``telemetry:`` block of a run config),
-4. the default,
+4. the default (the program's, then the library's),
 
 and remembers which one it came from, so the effective settings can be printed with their
-provenance. ``OTEL_SDK_DISABLED=true`` switches everything off whatever the rest says, and
-``OTEL_SERVICE_NAME`` is read for ``service_name`` after the two prefixes. A malformed value is a
+provenance. The prefixes are the program's: its registry declares them (``conventions:
+env_prefix``) and the caller passes them in; with none, only the SDK's ``OTEL_*`` variables
+apply. ``OTEL_SDK_DISABLED=true`` switches everything off whatever the rest says, and
+``OTEL_SERVICE_NAME`` is read for ``service_name`` after the prefixes. A malformed value is a
 :class:`SettingsError` that names the variable (or key), the value and what is allowed; every
 problem is reported at once. An empty variable counts as unset.
+
+A program adds settings of its own as :class:`FieldSpec` s built from the public parsers here
+(``parse_bool``, ``parse_choice``...) and passes them as ``fields``: they are read, checked,
+printed and written back like the library's (:attr:`Settings.extra`).
 
 This module knows nothing about any particular program and imports no OpenTelemetry code.
 """
@@ -20,18 +26,17 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from spanspec.findings import closest, did_you_mean
 from spanspec.sdk_env import MAX_SHUTDOWN_TIMEOUT_S, otel_env_problems
-from spanspec.spec import REDACTED
+from spanspec.spec import REDACTED, Conventions
 
 __all__ = [
-    "DEFAULT_PREFIX",
+    "DEFAULT_SERVICE_NAME",
     "EXPORTERS",
-    "FALLBACK_PREFIX",
     "FIELDS",
     "MAX_SHUTDOWN_TIMEOUT_S",
     "SENSITIVE_FIELDS",
@@ -44,10 +49,16 @@ __all__ = [
     "load_settings",
     "otel_env_problems",
     "otlp_endpoint_configured",
+    "parse_bool",
+    "parse_choice",
+    "parse_float",
+    "parse_int",
+    "parse_optional_text",
+    "parse_text",
 ]
 
-DEFAULT_PREFIX = "NEMO_RL_OTEL_"
-FALLBACK_PREFIX = "NEMO_LENS_"
+# What the OpenTelemetry SDK calls a service nobody named.
+DEFAULT_SERVICE_NAME = "unknown_service"
 EXPORTERS = ("auto", "otlp", "console", "file", "prometheus", "none")
 STRATEGIES = ("single_rank", "all_ranks", "first_rank_per_node", "sampled")
 
@@ -64,7 +75,7 @@ _OTLP_ENDPOINT_VARS = (
 class SettingsError(ValueError):
     """A malformed setting. ``.problems`` lists one line per bad value; the message joins them.
 
-    Each line reads ``NEMO_RL_OTEL_ENABLED='maybe': expected a boolean (true, false, 1, 0, yes,
+    Each line reads ``MYAPP_OTEL_ENABLED='maybe': expected a boolean (true, false, 1, 0, yes,
     no, on, off)``: where the value came from, the value, and what is allowed.
     """
 
@@ -77,9 +88,15 @@ class SettingsError(ValueError):
 
 
 # -- parsers: return the value in its Python type, or raise ValueError("what is allowed") ---------
+# Public, so that a program declares its own settings with the same rules and messages.
 
 
-def _bool(value: Any) -> bool:
+def parse_bool(value: Any) -> bool:
+    """Return ``value`` as a bool (``true``/``false``, ``1``/``0``, ``yes``/``no``, ``on``/``off``).
+
+    Raises:
+        ValueError: saying what is allowed, for anything else.
+    """
     if isinstance(value, bool):
         return value
     if isinstance(value, str):
@@ -91,13 +108,23 @@ def _bool(value: Any) -> bool:
     raise ValueError("expected a boolean (true, false, 1, 0, yes, no, on, off)")
 
 
-def _str(value: Any) -> str:
+def parse_text(value: Any) -> str:
+    """Return ``value`` stripped, a non-empty string.
+
+    Raises:
+        ValueError: for anything else, or only blanks.
+    """
     if isinstance(value, str) and value.strip():
         return value.strip()
     raise ValueError("expected a non-empty string")
 
 
-def _optional_str(value: Any) -> str | None:
+def parse_optional_text(value: Any) -> str | None:
+    """Return ``value`` as stripped text (an int reads as its digits), or None when empty or None.
+
+    Raises:
+        ValueError: for any other type.
+    """
     if value is None:
         return None
     if isinstance(value, str | int) and not isinstance(value, bool):
@@ -122,7 +149,10 @@ def _groups(value: Any) -> str:
     raise ValueError("expected a group expression such as 'per_step,-generation'")
 
 
-def _choice(allowed: tuple[str, ...]) -> Callable[[Any], str]:
+def parse_choice(allowed: tuple[str, ...]) -> Callable[[Any], str]:
+    """Return a parser of one of ``allowed`` (case-insensitive); it raises ``ValueError`` listing
+    them, with the closest one."""
+
     def parse(value: Any) -> str:
         if isinstance(value, str) and value.strip().lower() in allowed:
             return value.strip().lower()
@@ -171,7 +201,9 @@ def _remote_write_url(value: Any) -> str | None:
     return value.strip()
 
 
-def _int_at_least(minimum: int, maximum: int | None = None) -> Callable[[Any], int]:
+def parse_int(minimum: int, maximum: int | None = None) -> Callable[[Any], int]:
+    """Return a parser of an integer ``>= minimum`` (and ``<= maximum``); it raises
+    ``ValueError`` saying the bounds, also for a float or a bool."""
     expected = (
         f"an integer >= {minimum}"
         if maximum is None
@@ -192,9 +224,11 @@ def _int_at_least(minimum: int, maximum: int | None = None) -> Callable[[Any], i
     return parse
 
 
-def _float_between(
+def parse_float(
     low: float, high: float | None, *, low_open: bool = False
 ) -> Callable[[Any], float]:
+    """Return a parser of a finite number ``>= low`` (``> low`` with ``low_open``) and
+    ``<= high``; it raises ``ValueError`` saying the bounds."""
     bounds = f"> {low}" if low_open else f">= {low}"
     if high is not None:
         bounds = f"between {low} and {high}" if not low_open else f"in ({low}, {high}]"
@@ -216,7 +250,11 @@ def _float_between(
 
 @dataclass(frozen=True)
 class FieldSpec:
-    """One setting: its name (``enabled``), parser, default and one-line meaning."""
+    """One setting: its name (``enabled``), parser, default and one-line meaning.
+
+    A program declares its own settings the same way and passes them to :func:`load_settings`
+    as ``fields``.
+    """
 
     name: str
     parse: Callable[[Any], Any]
@@ -224,13 +262,19 @@ class FieldSpec:
     doc: str
 
     def env_name(self, prefix: str) -> str:
-        """Return the variable that sets this field under ``prefix``: ``NEMO_RL_OTEL_ENABLED``."""
+        """Return the variable that sets this field under ``prefix``: ``MYAPP_OTEL_ENABLED``."""
         return prefix + self.name.upper()
 
 
 FIELDS: tuple[FieldSpec, ...] = (
-    FieldSpec("enabled", _bool, True, "Master switch for traces, metrics and logs."),
-    FieldSpec("service_name", _str, "nemo-rl", "The OpenTelemetry service.name of every process."),
+    FieldSpec("enabled", parse_bool, True, "Master switch for traces, metrics and logs."),
+    FieldSpec(
+        "service_name",
+        parse_text,
+        DEFAULT_SERVICE_NAME,
+        "The OpenTelemetry service.name of every process (default: the registry's "
+        "conventions.service_name).",
+    ),
     FieldSpec("span_groups", _groups, "default", "Group expression: which spans are emitted."),
     FieldSpec(
         "exporter",
@@ -240,31 +284,32 @@ FIELDS: tuple[FieldSpec, ...] = (
         "OTEL_EXPORTER_OTLP_*ENDPOINT is set, else file. prometheus serves metrics only (and "
         "takes them from otlp).",
     ),
-    FieldSpec("file_dir", _str, "telemetry", "Folder of traces.jsonl, metrics.jsonl, logs.jsonl."),
-    FieldSpec("export_strategy", _choice(STRATEGIES), "single_rank", "Which ranks export."),
-    FieldSpec("export_rank", _int_at_least(0), 0, "The rank that exports under single_rank."),
+    FieldSpec(
+        "file_dir", parse_text, "telemetry", "Folder of traces.jsonl, metrics.jsonl, logs.jsonl."
+    ),
+    FieldSpec("export_strategy", parse_choice(STRATEGIES), "single_rank", "Which ranks export."),
+    FieldSpec("export_rank", parse_int(0), 0, "The rank that exports under single_rank."),
     FieldSpec(
         "export_sample_rate",
-        _float_between(0.0, 1.0),
+        parse_float(0.0, 1.0),
         0.1,
         "Fraction of ranks that export under sampled (export_rank always does).",
     ),
-    FieldSpec("traces_enabled", _bool, True, "Export spans."),
-    FieldSpec("metrics_enabled", _bool, True, "Export metrics."),
-    FieldSpec("logs_enabled", _bool, False, "Send Python logging records as OpenTelemetry logs."),
+    FieldSpec("traces_enabled", parse_bool, True, "Export spans."),
+    FieldSpec("metrics_enabled", parse_bool, True, "Export metrics."),
     FieldSpec(
-        "vllm_native_tracing", _bool, False, "Also switch on vLLM's own OpenTelemetry spans."
+        "logs_enabled", parse_bool, False, "Send Python logging records as OpenTelemetry logs."
     ),
     FieldSpec(
         "project",
-        _optional_str,
+        parse_optional_text,
         None,
         "Groups runs in a backend: the openinference.project.name and service.namespace resource "
         "attributes (default: the run folder's name).",
     ),
     FieldSpec(
         "prometheus_port",
-        _int_at_least(1, 65535),
+        parse_int(1, 65535),
         9464,
         "With the prometheus exporter: each exporting process serves /metrics on 127.0.0.1, on "
         "the first free port from this one.",
@@ -276,19 +321,21 @@ FIELDS: tuple[FieldSpec, ...] = (
         "With the prometheus exporter: push every export, the last one at shutdown too, to this "
         "Prometheus remote-write URL (http://host:9090/api/v1/write) instead of serving /metrics.",
     ),
-    FieldSpec("run_id", _optional_str, None, "Identifier shared by every process of one job."),
-    FieldSpec("user_id", _optional_str, None, "Who launched the run (sensitive; opt-in)."),
+    FieldSpec(
+        "run_id", parse_optional_text, None, "Identifier shared by every process of one job."
+    ),
+    FieldSpec("user_id", parse_optional_text, None, "Who launched the run (sensitive; opt-in)."),
     FieldSpec(
         "shutdown_timeout_s",
         # Bounded: the flush must end before a scheduler's kill, and a huge value overflows the
         # SDK's thread waits (every queued span would be lost).
-        _float_between(0.0, MAX_SHUTDOWN_TIMEOUT_S, low_open=True),
+        parse_float(0.0, MAX_SHUTDOWN_TIMEOUT_S, low_open=True),
         5.0,
         "Upper bound on the final flush at shutdown, in seconds.",
     ),
     FieldSpec(
         "watchdog",
-        _bool,
+        parse_bool,
         True,
         "Warn (once, with stacks) when a span outlives the max_duration its registry entry declares.",
     ),
@@ -320,9 +367,10 @@ def otlp_endpoint_configured(env: Mapping[str, str] | None = None) -> str | None
 @dataclass(frozen=True)
 class Settings:
     """The effective telemetry settings. ``sources[name]`` says where each value came from:
-    ``env NEMO_RL_OTEL_ENABLED``, ``config telemetry.enabled`` or ``default``.
+    ``env MYAPP_OTEL_ENABLED``, ``config telemetry.enabled`` or ``default``.
 
-    ``exporter`` is already resolved (never ``auto``); ``exporters`` splits it.
+    ``exporter`` is already resolved (never ``auto``); ``exporters`` splits it. The program's own
+    settings (the ``fields`` given to :func:`load_settings`) are in :attr:`extra`, by name.
     """
 
     enabled: bool = _default("enabled")
@@ -336,7 +384,6 @@ class Settings:
     traces_enabled: bool = _default("traces_enabled")
     metrics_enabled: bool = _default("metrics_enabled")
     logs_enabled: bool = _default("logs_enabled")
-    vllm_native_tracing: bool = _default("vllm_native_tracing")
     project: str | None = _default("project")
     prometheus_port: int = _default("prometheus_port")
     prometheus_remote_write_url: str | None = _default("prometheus_remote_write_url")
@@ -344,17 +391,31 @@ class Settings:
     user_id: str | None = _default("user_id")
     shutdown_timeout_s: float = _default("shutdown_timeout_s")
     watchdog: bool = _default("watchdog")
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    """The program's own settings (``fields`` of :func:`load_settings`), name -> value."""
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+    fields: tuple[FieldSpec, ...] = field(default=(), compare=False, repr=False)
+    """The declarations of :attr:`extra`, in order."""
+    env_prefix: str | None = field(default=None, compare=False, repr=False)
+    """The prefix the settings were read under (None: none), the default of :meth:`to_env`."""
+    mapping_name: str = field(default="telemetry", compare=False, repr=False)
 
     @property
     def exporters(self) -> tuple[str, ...]:
         """The exporters to build: ``()`` for ``none``, else e.g. ``("otlp", "file")``."""
         return tuple(e for e in self.exporter.split(",") if e and e != "none")
 
+    def _declared(self) -> dict[str, FieldSpec]:
+        return {**_BY_NAME, **{f.name: f for f in self.fields}}
+
     def items(self) -> list[tuple[str, Any, str]]:
-        """Return ``(name, value, source)`` for every setting, in declaration order."""
+        """Return ``(name, value, source)`` for every setting, in declaration order: the
+        library's, then the program's own."""
         return [
             (f.name, getattr(self, f.name), self.sources.get(f.name, "default")) for f in FIELDS
+        ] + [
+            (f.name, self.extra.get(f.name, f.default), self.sources.get(f.name, "default"))
+            for f in self.fields
         ]
 
     def with_values(self, source: str, **values: Any) -> Settings:
@@ -363,12 +424,13 @@ class Settings:
         Raises:
             SettingsError: for an unknown name or a malformed value.
         """
+        declared = self._declared()
         problems: list[str] = []
-        parsed = {}
+        parsed: dict[str, Any] = {}
         for name, value in values.items():
-            spec = _BY_NAME.get(name)
+            spec = declared.get(name)
             if spec is None:
-                problems.append(f"{name}: unknown setting{did_you_mean(name, _BY_NAME)}")
+                problems.append(f"{name}: unknown setting{did_you_mean(name, declared)}")
                 continue
             try:
                 parsed[name] = spec.parse(value)
@@ -376,20 +438,42 @@ class Settings:
                 problems.append(f"{name}={value!r}: {exc}")
         if problems:
             raise SettingsError(problems)
-        return replace(self, **parsed, sources={**self.sources, **dict.fromkeys(parsed, source)})
+        core = {k: v for k, v in parsed.items() if k in _BY_NAME}
+        extra = {**self.extra, **{k: v for k, v in parsed.items() if k not in _BY_NAME}}
+        return replace(
+            self, **core, extra=extra, sources={**self.sources, **dict.fromkeys(parsed, source)}
+        )
 
-    def to_env(self, prefix: str = DEFAULT_PREFIX) -> dict[str, str]:
-        """Return the settings as ``{PREFIX_NAME: text}``, ready for child processes to read back.
+    def to_env(self, prefix: str | None = None) -> dict[str, str]:
+        """Return the settings as ``{PREFIX_NAME: text}``, ready for child processes to read back
+        with the same prefix (default: the one they were read under). Values that are None are
+        left out.
 
-        Values that are None are left out.
+        Raises:
+            ValueError: when there is no prefix (neither given nor read under).
         """
+        prefix = prefix or self.env_prefix
+        if not prefix:
+            raise ValueError(
+                "to_env needs an env prefix: pass one, or load the settings with the "
+                "registry's conventions (conventions.env_prefix)"
+            )
+        declared = self._declared()
         out = {}
         for name, value, _ in self.items():
             if value is None:
                 continue
             text = ("true" if value else "false") if isinstance(value, bool) else str(value)
-            out[_BY_NAME[name].env_name(prefix)] = text
+            out[declared[name].env_name(prefix)] = text
         return out
+
+    def how_to_set(self, name: str) -> str:
+        """How a person sets ``name``: ``MYAPP_OTEL_PROMETHEUS_PORT (or telemetry.prometheus_port)``,
+        or ``telemetry.prometheus_port`` where the settings were read under no prefix."""
+        key = f"{self.mapping_name}.{name}"
+        if not self.env_prefix:
+            return key
+        return f"{self.env_prefix}{name.upper()} (or {key})"
 
     def format_table(self) -> str:
         """Return the settings as an aligned text table: name, value, source.
@@ -409,42 +493,84 @@ def _shown(name: str, value: Any) -> str:
     return REDACTED if name in SENSITIVE_FIELDS else str(value)
 
 
+def _prefixes(
+    conventions: Conventions | None, prefix: str | None, fallback_prefixes: Sequence[str] | None
+) -> tuple[str | None, tuple[str, ...]]:
+    """The prefix and fallbacks: given explicitly, else the conventions', else none."""
+    conventions = conventions or Conventions()
+    main = prefix if prefix is not None else conventions.env_prefix
+    fallbacks = (
+        tuple(fallback_prefixes)
+        if fallback_prefixes is not None
+        else conventions.env_fallback_prefixes
+    )
+    return (main or None), tuple(f for f in fallbacks if f)
+
+
+def _all_fields(fields: Sequence[FieldSpec]) -> tuple[FieldSpec, ...]:
+    for f in fields:
+        if f.name in _BY_NAME:
+            raise ValueError(f"field {f.name!r} is already a spanspec setting; name yours apart")
+    names = [f.name for f in fields]
+    if len(set(names)) != len(names):
+        raise ValueError(
+            f"fields declared twice: {sorted({n for n in names if names.count(n) > 1})}"
+        )
+    return (*FIELDS, *fields)
+
+
 def load_settings(
     mapping: Mapping[str, Any] | None = None,
     *,
     env: Mapping[str, str] | None = None,
-    prefix: str = DEFAULT_PREFIX,
-    fallback_prefix: str | None = FALLBACK_PREFIX,
+    conventions: Conventions | None = None,
+    prefix: str | None = None,
+    fallback_prefixes: Sequence[str] | None = None,
+    fields: Sequence[FieldSpec] = (),
     defaults: Mapping[str, Any] | None = None,
     mapping_name: str = "telemetry",
 ) -> Settings:
     """Resolve the settings from ``env`` (default ``os.environ``), then ``mapping``, then defaults.
 
-    ``defaults`` overrides the library defaults (a program's own, e.g. its file folder) and is
-    reported as ``default``. ``mapping_name`` is how a mapping key is named in messages and
-    sources (``config telemetry.enabled``). An ``exporter`` of ``auto`` is resolved here.
+    The variables are ``$<prefix><NAME>``, then ``$<fallback><NAME>``: ``prefix`` and
+    ``fallback_prefixes`` when given, else the registry's ``conventions`` (its ``env_prefix`` and
+    ``env_fallback_prefixes``); with neither, no such variable is read, only the SDK's
+    ``OTEL_*``. A set ``$<prefix>*`` variable that names no setting is an error (a misspelling
+    would otherwise do nothing). ``conventions.service_name`` is the default service name.
+    ``fields`` declares the program's own settings, read the same way (:attr:`Settings.extra`).
+    ``defaults`` overrides the defaults (a program's own, e.g. its file folder) and is reported
+    as ``default``. ``mapping_name`` is how a mapping key is named in messages and sources
+    (``config telemetry.enabled``). An ``exporter`` of ``auto`` is resolved here.
 
     Returns:
         The frozen :class:`Settings`.
 
     Raises:
         SettingsError: listing every malformed value and every unknown key in ``mapping`` or
-            ``defaults``, each with where it came from and what is allowed.
+            ``defaults``, and every unknown ``$<prefix>*`` variable, each with where it came
+            from and what is allowed.
+        ValueError: for ``fields`` that redeclare a setting (a bug in the program).
     """
     env = os.environ if env is None else env
     mapping = dict(mapping or {})
+    prefix, fallbacks = _prefixes(conventions, prefix, fallback_prefixes)
+    declared = _all_fields(fields)
+    by_name = {f.name: f for f in declared}
+    defaults = dict(defaults or {})
+    if conventions is not None and conventions.service_name and "service_name" not in defaults:
+        defaults["service_name"] = conventions.service_name
     problems: list[str] = []
-    for where, given in (("config", mapping), ("defaults", dict(defaults or {}))):
+    for where, given in (("config", mapping), ("defaults", defaults)):
         for key in given:
-            if key not in _BY_NAME:
+            if key not in by_name:
                 label = f"{mapping_name}.{key}" if where == "config" else f"default {key}"
-                problems.append(f"{label}: unknown setting{did_you_mean(key, _BY_NAME)}")
+                problems.append(f"{label}: unknown setting{did_you_mean(key, by_name)}")
 
     if prefix:  # a misspelt variable would otherwise do nothing at all
-        known = {spec.env_name(prefix) for spec in FIELDS}
+        known = {spec.env_name(prefix) for spec in declared}
         for var in sorted(env):
             if var.startswith(prefix) and var not in known and env[var].strip():
-                names = [spec.name.upper() for spec in FIELDS]
+                names = [spec.name.upper() for spec in declared]
                 near = closest(var.removeprefix(prefix), names)
                 hint = (
                     f" (did you mean '{prefix}{near}'?)"
@@ -455,18 +581,17 @@ def load_settings(
 
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
-    for spec in FIELDS:
+    for spec in declared:
         candidates: list[tuple[str, Any]] = []
-        for pre in (prefix, fallback_prefix):
-            if pre:
-                var = spec.env_name(pre)
-                if env.get(var, "").strip():
-                    candidates.append((f"env {var}", env[var]))
+        for pre in (prefix, *fallbacks) if prefix else ():
+            var = spec.env_name(pre)
+            if env.get(var, "").strip():
+                candidates.append((f"env {var}", env[var]))
         if spec.name == "service_name" and env.get("OTEL_SERVICE_NAME", "").strip():
             candidates.append(("env OTEL_SERVICE_NAME", env["OTEL_SERVICE_NAME"]))
         if spec.name in mapping and mapping[spec.name] is not None:
             candidates.append((f"config {mapping_name}.{spec.name}", mapping[spec.name]))
-        if defaults and spec.name in defaults:
+        if spec.name in defaults:
             candidates.append(("default", defaults[spec.name]))
         candidates.append(("default", spec.default))
         source, raw = candidates[0]
@@ -496,18 +621,43 @@ def load_settings(
         problems = otel_env_problems(env, exporters) if exporters else []
         if problems:
             raise SettingsError(problems)
-    return Settings(**values, sources=sources)
+    extra = {f.name: values.pop(f.name) for f in fields}
+    return Settings(
+        **values,
+        extra=extra,
+        sources=sources,
+        fields=tuple(fields),
+        env_prefix=prefix,
+        mapping_name=mapping_name,
+    )
 
 
 def ignored_variables(
-    env: Mapping[str, str] | None = None, fallback_prefix: str = FALLBACK_PREFIX
+    env: Mapping[str, str] | None = None,
+    *,
+    conventions: Conventions | None = None,
+    fallback_prefixes: Sequence[str] | None = None,
+    fields: Sequence[FieldSpec] = (),
 ) -> list[str]:
-    """The set ``<fallback_prefix>*`` variables that name no setting here (nemo-lens has some we
-    lack, such as ``NEMO_LENS_SAMPLER_ENABLED``): read by nothing, so worth one warning."""
+    """The set ``<fallback_prefix>*`` variables that name no setting here (a predecessor's
+    names may include some we lack): read by nothing, so worth one warning.
+
+    The fallback prefixes are ``fallback_prefixes`` when given, else ``conventions``'; ``fields``
+    are the program's own settings (see :func:`load_settings`).
+
+    Returns:
+        The variable names, sorted; empty without fallback prefixes.
+    """
     env = os.environ if env is None else env
-    known = {spec.env_name(fallback_prefix) for spec in FIELDS}
-    return sorted(
-        var
-        for var in env
-        if var.startswith(fallback_prefix) and var not in known and env[var].strip()
+    _, fallbacks = _prefixes(conventions, None, fallback_prefixes)
+    declared = _all_fields(fields)
+    known = {spec.env_name(pre) for pre in fallbacks for spec in declared}
+    return (
+        sorted(
+            var
+            for var in env
+            if var.startswith(tuple(fallbacks)) and var not in known and env[var].strip()
+        )
+        if fallbacks
+        else []
     )

@@ -15,8 +15,12 @@ from spanspec.findings import Finding, SpecError, did_you_mean
 
 __all__ = [
     "ALGORITHM_PLACEHOLDER",
+    "GROUPS_OVERRIDE_NAME",
+    "GROUPS_RESOURCE_ATTRIBUTE",
     "REDACTED",
+    "REGISTRY_RESOURCE_ATTRIBUTE",
     "AttributeDef",
+    "Conventions",
     "GroupDef",
     "MetricDef",
     "SpanEntry",
@@ -132,6 +136,77 @@ class MetricDef:
     attributes: tuple[str, ...] = ()
 
 
+# Resource attributes a process may set for the readers of its traces: the registry file its
+# spans follow (`spanspec view`, `report`, `live-check` then need no --registry), and the groups
+# it had switched on (live-check then tells a span emitted while its group was off).
+REGISTRY_RESOURCE_ATTRIBUTE = "spanspec.registry"
+GROUPS_RESOURCE_ATTRIBUTE = "spanspec.groups"
+# The setting whose variable, ``$<env_prefix>SPAN_GROUPS``, overrides the groups at activation.
+GROUPS_OVERRIDE_NAME = "SPAN_GROUPS"
+
+
+@dataclass(frozen=True, slots=True)
+class Conventions:
+    """What the program that owns a registry calls things: the registry's ``conventions:`` block.
+
+    spanspec itself knows no application; everything here comes from the registry, and a registry
+    without the block gets these neutral defaults (no env prefix: only the SDK's ``OTEL_*``
+    variables apply; no step span: readers draw whole traces; lanes by service and process).
+    """
+
+    env_prefix: str | None = None
+    """Settings are read from ``$<env_prefix><NAME>`` (``MYAPP_OTEL_ENABLED``)."""
+    env_fallback_prefixes: tuple[str, ...] = ()
+    """Read, in order, when the ``env_prefix`` variable is unset (a predecessor's names)."""
+    service_name: str | None = None
+    """The default OpenTelemetry ``service.name`` of the program's processes."""
+    step_span: str | None = None
+    """What one step is: a declared span name, or a ``{algorithm}`` template."""
+    step_attribute: str | None = None
+    """The attribute of the step span that numbers steps (an int)."""
+    run_attribute: str | None = None
+    """The resource attribute every process of one run shares (a run id)."""
+    lane_attributes: tuple[str, ...] = ()
+    """Resource attributes that name a process's lane, most significant first."""
+    main_lane: str | None = None
+    """The value of the first lane attribute that marks the main process: drawn first, named
+    by that value alone."""
+    report_attributes: tuple[str, ...] = ()
+    """Resource attributes a report's header shows."""
+
+    @property
+    def env_prefixes(self) -> tuple[str, ...]:
+        """Every prefix settings are read under, the first one winning: ``env_prefix`` then the
+        fallbacks; empty when the registry declares none."""
+        return (self.env_prefix, *self.env_fallback_prefixes) if self.env_prefix else ()
+
+    @property
+    def groups_variable(self) -> str | None:
+        """``$<env_prefix>SPAN_GROUPS``, which overrides the groups at activation; None without a
+        prefix."""
+        return f"{self.env_prefix}{GROUPS_OVERRIDE_NAME}" if self.env_prefix else None
+
+    def is_step_span(self, name: str) -> bool:
+        """Whether ``name`` is a step span: the ``step_span`` name, or any expansion of its
+        ``{algorithm}`` template (also one the registry does not list)."""
+        step = self.step_span
+        if step is None:
+            return False
+        if ALGORITHM_PLACEHOLDER not in step:
+            return name == step
+        head, _, tail = step.partition(ALGORITHM_PLACEHOLDER)
+        middle = name[len(head) : len(name) - len(tail)] if len(name) > len(head + tail) else ""
+        return (
+            name.startswith(head)
+            and name.endswith(tail)
+            and bool(middle)
+            and _WORD.fullmatch(middle) is not None
+        )
+
+
+_WORD = re.compile(r"[a-z0-9_]+")
+
+
 @dataclass(frozen=True)
 class Spec:
     """The compiled registry. Immutable; safe to share between threads."""
@@ -144,6 +219,7 @@ class Spec:
     spans: Mapping[str, SpanEntry]
     metrics: Mapping[str, MetricDef]
     algorithms: tuple[str, ...] = field(default=())
+    conventions: Conventions = field(default=Conventions())
     findings: tuple[Finding, ...] = field(default=(), compare=False, repr=False)  # improvements
 
     # -- group expressions ----------------------------------------------------------------------

@@ -3,9 +3,9 @@
 With the package installed, pytest loads this module as a plugin, so any test can ask for the
 ``spans`` fixture::
 
-    def test_rollout_is_traced(spans):
-        run_one_step()
-        assert spans.names() == ["rl.grpo.rollout", "rl.grpo.step"]
+    def test_a_batch_is_traced(spans):
+        run_one_batch()
+        assert spans.names() == ["pipeline.load", "pipeline.batch"]
 
 The fixture activates the registry (strict, every group on unless a
 ``@pytest.mark.spanspec(groups=..., strict=..., registry=...)`` marker says otherwise) on a private
@@ -80,7 +80,7 @@ def capture(
 ) -> Iterator[CapturedSpans]:
     """Activate ``spec`` (a Spec, a registry path, or the default registry) into memory.
 
-    ``env_var`` is None by default so a stray ``$NEMO_RL_OTEL_SPAN_GROUPS`` cannot change a test.
+    ``env_var`` is None by default so a stray ``$<env_prefix>SPAN_GROUPS`` cannot change a test.
     Yields the :class:`CapturedSpans`; on exit spanspec is deactivated and the provider shut down.
     """
     from opentelemetry.sdk.trace import TracerProvider

@@ -9,22 +9,21 @@ from typing import Any
 
 import ray
 
+import spanspec
 from nemo_rl.distributed.trace_context import CARRIER_KWARG
 from spanspec import propagate
+from spanspec.runtime import active_spec
+from spanspec.spec import Spec
 
 __all__ = [
-    "TELEMETRY_ENV_PREFIXES",
     "WorkerDied",
     "in_ray_actor",
     "init_ray",
     "ray_node_id",
     "spawn_actor",
+    "telemetry_env_prefixes",
     "telemetry_env_vars",
 ]
-
-# Workers inherit telemetry through env: init_telemetry_driver writes NEMO_RL_OTEL_* before Ray
-# starts, and OTEL_* are the SDK's own variables (endpoints, headers, resource attributes).
-TELEMETRY_ENV_PREFIXES = ("NEMO_RL_OTEL_", "NEMO_LENS_", "OTEL_")
 
 
 class WorkerDied(RuntimeError):
@@ -34,9 +33,25 @@ class WorkerDied(RuntimeError):
     """
 
 
+def telemetry_env_prefixes(spec: Spec | None = None) -> tuple[str, ...]:
+    """Returns the prefixes of the variables every worker inherits: the registry's env prefixes
+    (``conventions:``, where init_telemetry_driver wrote the settings before Ray started), then
+    ``OTEL_``, the SDK's own (endpoints, headers, resource attributes).
+
+    ``spec`` defaults to the active registry, else the discovered one.
+
+    Raises:
+        SpecError: when no registry is active and the discovered one cannot be loaded.
+    """
+    spec = spec or active_spec() or spanspec.load()
+    return (*spec.conventions.env_prefixes, "OTEL_")
+
+
 def telemetry_env_vars() -> dict[str, str]:
-    """Returns the telemetry variables of ``os.environ`` that every worker must see."""
-    return {k: v for k, v in os.environ.items() if k.startswith(TELEMETRY_ENV_PREFIXES)}
+    """Returns the telemetry variables of ``os.environ`` that every worker must see (see
+    :func:`telemetry_env_prefixes`)."""
+    prefixes = telemetry_env_prefixes()
+    return {k: v for k, v in os.environ.items() if k.startswith(prefixes)}
 
 
 def init_ray(num_cpus: int = 4, address: str | None = None) -> dict[str, Any]:

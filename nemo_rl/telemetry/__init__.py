@@ -1,6 +1,6 @@
 """Telemetry of an RL job: the ``telemetry:`` config block, driver and worker lifecycle, metrics.
 
-    handle = init_telemetry_driver(config, "grpo")      # on the driver, before Ray starts
+    handle = init_telemetry_driver(cfg.telemetry, RunIdentity("grpo", "tiny-llama", "runs/a"))
     ...                                                 # workers: init_telemetry_worker(rank, n, "policy")
     record_metrics({"loss": 0.3}, prefix="train")       # the logger, after its other backends
     shutdown_telemetry()                                # bounded flush, reports what was lost
@@ -12,6 +12,7 @@ came from.
 from __future__ import annotations
 
 from nemo_rl.telemetry.config import TelemetryConfig
+from nemo_rl.telemetry.identity import RunIdentity
 from nemo_rl.telemetry.lifecycle import (
     check_telemetry,
     get_telemetry,
@@ -22,10 +23,10 @@ from nemo_rl.telemetry.lifecycle import (
     record_token_usage,
     resolve_settings,
     shutdown_telemetry,
-    telemetry_block,
 )
 
 __all__ = [
+    "RunIdentity",
     "TelemetryConfig",
     "check_telemetry",
     "get_telemetry",
@@ -36,5 +37,4 @@ __all__ = [
     "record_token_usage",
     "resolve_settings",
     "shutdown_telemetry",
-    "telemetry_block",
 ]

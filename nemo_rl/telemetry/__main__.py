@@ -19,7 +19,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 import spanspec
-from nemo_rl.telemetry.config import TelemetryConfig
+from nemo_rl.telemetry.config import RL_FIELDS, TelemetryConfig
+from nemo_rl.telemetry.identity import RunIdentity
 from nemo_rl.telemetry.lifecycle import check_telemetry
 from nemo_rl.utils.config import ConfigError, read_config, validate_config
 from spanspec.export import planned_destinations
@@ -27,12 +28,20 @@ from spanspec.settings import SENSITIVE_FIELDS, SettingsError, ignored_variables
 from spanspec.spec import REDACTED
 
 
+class _RunFolder(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    log_dir: str | None = None
+
+
 class _TelemetryOnly(BaseModel):
-    """A run config as far as telemetry goes: its other sections belong to the algorithm."""
+    """A run config as far as telemetry goes (its block, and the run folder its files default
+    under): its other sections belong to the algorithm."""
 
     model_config = ConfigDict(extra="ignore")
 
     telemetry: TelemetryConfig = TelemetryConfig()
+    logger: _RunFolder = _RunFolder()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -50,8 +59,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         config: Any = read_config(args.config, args.overrides)
-        validate_config(config, _TelemetryOnly)  # the run's messages: "telemetry.enabled: ..."
-        settings, _, _, _ = check_telemetry(config)
+        run = validate_config(config, _TelemetryOnly)  # the run's messages: "telemetry.x: ..."
+        identity = RunIdentity(algorithm="", run_dir=run.logger.log_dir)
+        settings, spec, _ = check_telemetry(run.telemetry, identity)
     except (ConfigError, SettingsError, spanspec.SpecError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -63,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SettingsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    for var in ignored_variables():
+    for var in ignored_variables(conventions=spec.conventions, fields=RL_FIELDS):
         print(f"warning: {var}: not a setting here, ignored", file=sys.stderr)
     if args.json:
         rows: dict[str, Any] = {

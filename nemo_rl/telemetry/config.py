@@ -2,10 +2,15 @@
 
 Every field is optional in YAML; what is left out comes from the environment or the default (see
 :mod:`spanspec.settings` for the order). Unknown keys are rejected with the closest valid one.
-Each setting is declared once, in :data:`spanspec.settings.FIELDS` (name, parser, default,
+Each setting is declared once: spanspec's in :data:`spanspec.settings.FIELDS`, nemo_rl's own
+(:data:`RL_FIELDS`: vLLM's native tracing) here, with spanspec's parsers (name, parser, default,
 meaning); this model takes its defaults and docs from there, adds the types and the YAML-side
 errors, and checks its values with the same rules (:func:`spanspec.settings.load_settings`). A
-test fails when the two name different settings.
+test fails when they name different settings.
+
+:func:`read_settings` is ``load_settings`` as nemo_rl calls it: the env prefixes
+(``NEMO_RL_OTEL_``, then ``NEMO_LENS_``) and the default service name come from the registry's
+``conventions:`` block, the extra settings from :data:`RL_FIELDS`.
 """
 
 from __future__ import annotations
@@ -19,19 +24,56 @@ from spanspec.findings import did_you_mean
 from spanspec.settings import (
     MAX_SHUTDOWN_TIMEOUT_S,
     STRATEGIES,
+    FieldSpec,
+    Settings,
     SettingsError,
     field_spec,
     load_settings,
+    parse_bool,
 )
+from spanspec.spec import Spec
 
-__all__ = ["TelemetryConfig"]
+__all__ = ["RL_FIELDS", "VLLM_NATIVE_TRACING", "TelemetryConfig", "read_settings"]
 _UNSET: Any = object()
+
+VLLM_NATIVE_TRACING = FieldSpec(
+    "vllm_native_tracing", parse_bool, False, "Also switch on vLLM's own OpenTelemetry spans."
+)
+# nemo_rl's own settings, after spanspec's: read from NEMO_RL_OTEL_*, checked, printed and
+# handed to workers like them (Settings.extra).
+RL_FIELDS: tuple[FieldSpec, ...] = (VLLM_NATIVE_TRACING,)
+_RL_BY_NAME = {f.name: f for f in RL_FIELDS}
+
+
+def read_settings(
+    mapping: Mapping[str, Any] | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    spec: Spec | None = None,
+    defaults: Mapping[str, Any] | None = None,
+) -> Settings:
+    """Return :func:`spanspec.settings.load_settings` of ``mapping`` and ``env`` as nemo_rl reads
+    them: the prefixes and service name of the registry's ``conventions`` (``spec``, default the
+    discovered registry), and :data:`RL_FIELDS`.
+
+    Raises:
+        SettingsError: for a malformed value or an unknown key or ``NEMO_RL_OTEL_*`` variable.
+        SpecError: for a registry that cannot be loaded.
+    """
+    if spec is None:
+        import spanspec
+
+        spec = spanspec.load()
+    return load_settings(
+        mapping, env=env, conventions=spec.conventions, fields=RL_FIELDS, defaults=defaults
+    )
 
 
 def _field(name: str, *, default: Any = _UNSET, doc: str = "", **constraints: Any) -> Any:
-    """The pydantic field of setting ``name``: default and description from its one declaration in
-    :data:`spanspec.settings.FIELDS` (unless given), plus the type constraints pydantic checks."""
-    spec = field_spec(name)
+    """The pydantic field of setting ``name``: default and description from its one declaration
+    (:data:`spanspec.settings.FIELDS` or :data:`RL_FIELDS`) unless given, plus the type
+    constraints pydantic checks."""
+    spec = _RL_BY_NAME[name] if name in _RL_BY_NAME else field_spec(name)
     value = spec.default if default is _UNSET else default
     return Field(value, description=doc or spec.doc, **constraints)
 
@@ -56,7 +98,6 @@ class TelemetryConfig(BaseModel):
     traces_enabled: bool = _field("traces_enabled")
     metrics_enabled: bool = _field("metrics_enabled")
     logs_enabled: bool = _field("logs_enabled")
-    vllm_native_tracing: bool = _field("vllm_native_tracing")
     project: str | None = _field(
         "project",
         doc="Groups runs in a backend (openinference.project.name, service.namespace); default "
@@ -72,6 +113,8 @@ class TelemetryConfig(BaseModel):
         "shutdown_timeout_s", gt=0, le=MAX_SHUTDOWN_TIMEOUT_S, allow_inf_nan=False
     )
     watchdog: bool = _field("watchdog")
+    # nemo_rl's own (RL_FIELDS), after spanspec's.
+    vllm_native_tracing: bool = _field("vllm_native_tracing")
 
     @model_validator(mode="before")
     @classmethod
@@ -101,7 +144,7 @@ class TelemetryConfig(BaseModel):
     @model_validator(mode="after")
     def _same_rules_as_env(self) -> TelemetryConfig:
         try:
-            load_settings(self.explicit(), env={})
+            load_settings(self.explicit(), env={}, fields=RL_FIELDS)
         except SettingsError as exc:
             raise ValueError("; ".join(exc.problems)) from None
         return self

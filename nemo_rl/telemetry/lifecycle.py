@@ -28,17 +28,12 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 import spanspec
-from nemo_rl.telemetry.config import TelemetryConfig
+from nemo_rl.telemetry.config import RL_FIELDS, TelemetryConfig, read_settings
+from nemo_rl.telemetry.identity import RunIdentity
 from spanspec import export, watchdog
 from spanspec import metrics as spanspec_metrics
 from spanspec.export import ExportStats, TelemetryCost, TelemetryHandle
-from spanspec.settings import (
-    DEFAULT_PREFIX,
-    Settings,
-    SettingsError,
-    ignored_variables,
-    load_settings,
-)
+from spanspec.settings import Settings, SettingsError, ignored_variables
 from spanspec.spec import Spec
 
 __all__ = [
@@ -51,7 +46,6 @@ __all__ = [
     "record_token_usage",
     "resolve_settings",
     "shutdown_telemetry",
-    "telemetry_block",
 ]
 
 _log = logging.getLogger("nemo_rl.telemetry")
@@ -65,11 +59,6 @@ def _count_stall(stall: watchdog.Stall) -> None:
     """The watchdog's on-stall callback: one ``rl.stalls`` point per span that outlived its bound."""
     spanspec_metrics.record("rl.stalls", 1, {"rl.stall.span": stall.name})
 
-
-# The resource attributes every Prometheus series carries as labels (rl_run_id, rl_worker_group,
-# rl_worker_rank): the run's, then the process's lane, so one run's series never mix with
-# another's and each process's are apart. The registry's run and lane attributes.
-LABEL_ATTRIBUTES = ("rl.run_id", "rl.worker.group", "rl.worker.rank")
 
 # The SDK and exporters come with the ``otel`` extra; without them every site is a no-op.
 SDK_MISSING_HINT = "pip install 'nemo-rl-otel[otel]'"
@@ -97,125 +86,73 @@ def _without_sdk(settings: Settings) -> Settings:
     return settings.with_values("OpenTelemetry SDK not installed", enabled=False)
 
 
-# -- reading the run config -----------------------------------------------------------------------
-
-
-def _as_mapping(config: Any) -> Mapping[str, Any]:
-    if config is None:
-        return {}
-    if isinstance(config, Mapping) and type(config).__module__.startswith("omegaconf"):
-        from omegaconf import OmegaConf
-
-        return OmegaConf.to_container(config, resolve=True)  # type: ignore[return-value]
-    if isinstance(config, Mapping):
-        return config
-    if hasattr(config, "model_dump"):
-        return config.model_dump()
-    if hasattr(config, "__dict__"):
-        return vars(config)
-    raise TypeError(
-        f"a run config must be a mapping or a config object, not {type(config).__name__}"
-    )
-
-
-def telemetry_block(config: Any) -> TelemetryConfig:
-    """Return the validated ``telemetry:`` block of a run config (empty when there is none).
-
-    Raises:
-        pydantic.ValidationError: for an unknown key (with the closest valid one) or a bad value.
-    """
-    block = getattr(config, "telemetry", None) if not isinstance(config, Mapping) else None
-    if isinstance(block, TelemetryConfig):
-        return block
-    if block is None:
-        block = _as_mapping(config).get("telemetry")
-    if isinstance(block, TelemetryConfig):
-        return block
-    return TelemetryConfig.model_validate(dict(_as_mapping(block)) if block else {})
-
-
-def _lookup(config: Mapping[str, Any], *path: str) -> Any:
-    node: Any = config
-    for key in path:
-        if not isinstance(node, Mapping) or key not in node:
-            return None
-        node = node[key]
-    return node
-
-
-def _model_name(config: Mapping[str, Any]) -> str | None:
-    for path in (("policy", "model_name"), ("model", "name"), ("model_name",), ("policy", "model")):
-        value = _lookup(config, *path)
-        if isinstance(value, str) and value:
-            return value
-    return None
-
-
-def _run_folder(config: Mapping[str, Any], run_id: str) -> Path:
-    for path in (("logger", "log_dir"), ("log_dir",), ("run_dir",)):
-        value = _lookup(config, *path)
-        if isinstance(value, str) and value:
-            return Path(value)
-    return Path("runs") / run_id
+# -- the settings of a run -----------------------------------------------------------------------
 
 
 def resolve_settings(
-    config: Any = None, env: Mapping[str, str] | None = None
-) -> tuple[Settings, Mapping[str, Any]]:
-    """Return the effective settings for a run config and env, and the config as a mapping.
+    telemetry: TelemetryConfig,
+    identity: RunIdentity | None = None,
+    env: Mapping[str, str] | None = None,
+    *,
+    spec: Spec | None = None,
+) -> Settings:
+    """Return the effective settings of a run: env over its ``telemetry:`` block over defaults.
 
     Fills what neither env nor YAML gave: ``run_id`` (``$SLURM_JOB_ID``, else 12 random hex
-    digits), ``project`` (the run folder's name) and ``file_dir`` (``<logger.log_dir or runs/<run_id>>/telemetry``, made absolute so
-    workers with another working directory write to the same place). Writes nothing.
+    digits), ``project`` (the run folder's name) and ``file_dir`` (``<run folder>/telemetry``,
+    made absolute so workers with another working directory write to the same place). The env
+    prefixes and the default service name are the registry's conventions (``spec``, default the
+    discovered registry). Writes nothing.
 
     Raises:
-        pydantic.ValidationError: for a malformed ``telemetry:`` block.
         SettingsError: for a malformed environment variable.
     """
     env = os.environ if env is None else env
-    mapping = _as_mapping(config)
-    block = telemetry_block(config)
-    settings = load_settings(block.explicit(), env=env, defaults={"service_name": "nemo-rl"})
+    identity = identity or RunIdentity(algorithm="")
+    settings = read_settings(telemetry.explicit(), env=env, spec=spec)
     if settings.run_id is None:
         slurm = env.get("SLURM_JOB_ID", "").strip()
         settings = settings.with_values(
             "env SLURM_JOB_ID" if slurm else "generated", run_id=slurm or secrets.token_hex(6)
         )
     assert settings.run_id is not None
+    folder = identity.run_folder(settings.run_id)
     if settings.sources.get("file_dir", "default") == "default":
-        folder = _run_folder(mapping, settings.run_id) / "telemetry"
-        settings = settings.with_values("default", file_dir=str(folder.resolve()))
+        settings = settings.with_values("default", file_dir=str((folder / "telemetry").resolve()))
     elif not Path(settings.file_dir).is_absolute():
         source = settings.sources["file_dir"]
         settings = settings.with_values(source, file_dir=str(Path(settings.file_dir).resolve()))
     if settings.project is None:
         # The run folder names the run for people; a backend groups runs by it (Phoenix project).
-        name = _run_folder(mapping, settings.run_id).resolve().name or settings.run_id
+        name = folder.resolve().name or settings.run_id
         settings = settings.with_values("default (the run folder's name)", project=name)
-    return settings, mapping
+    return settings
 
 
 def check_telemetry(
-    config: Any = None, *, spec: Spec | None = None, env: Mapping[str, str] | None = None
-) -> tuple[Settings, Mapping[str, Any], Spec, frozenset[str]]:
+    telemetry: TelemetryConfig,
+    identity: RunIdentity | None = None,
+    *,
+    spec: Spec | None = None,
+    env: Mapping[str, str] | None = None,
+) -> tuple[Settings, Spec, frozenset[str]]:
     """Check everything a run checks about its telemetry before it starts; write nothing.
 
-    The ``telemetry:`` block, every ``NEMO_RL_OTEL_*`` / ``OTEL_*`` variable the exporters read
-    (:func:`spanspec.settings.load_settings`), the group expression against the registry (the
-    message names the variable or key it came from) and, for the file exporter, that
+    The ``telemetry:`` block with every ``NEMO_RL_OTEL_*`` / ``OTEL_*`` variable the exporters
+    read (:func:`spanspec.settings.load_settings`), the group expression against the registry
+    (the message names the variable or key it came from) and, for the file exporter, that
     ``file_dir`` can be created. ``python -m nemo_rl.telemetry settings`` and
     :func:`init_telemetry_driver` both call this, so they accept and refuse the same things.
 
     Returns:
-        The settings, the config as a mapping, the registry and the enabled groups.
+        The settings, the registry and the enabled groups.
 
     Raises:
-        pydantic.ValidationError: for a malformed ``telemetry:`` block.
         SettingsError: for a bad variable, an unknown group or an unwritable ``file_dir``.
         SpecError: for a registry that cannot be loaded.
     """
-    settings, mapping = resolve_settings(config, env)
     spec = spec or spanspec.load()
+    settings = resolve_settings(telemetry, identity, env, spec=spec)
     try:
         groups = spec.resolve(settings.span_groups)
     except spanspec.SpecError as exc:
@@ -229,7 +166,7 @@ def check_telemetry(
             raise SettingsError(
                 [f"{_where(settings, 'file_dir')}={settings.file_dir!r}: {problem}"]
             )
-    return settings, mapping, spec, groups
+    return settings, spec, groups
 
 
 def _where(settings: Settings, name: str) -> str:
@@ -263,7 +200,7 @@ def _unwritable(folder: Path) -> str | None:
 
 
 def _write_env(settings: Settings, resource: Mapping[str, Any]) -> None:
-    for key, value in settings.to_env(DEFAULT_PREFIX).items():
+    for key, value in settings.to_env().items():
         os.environ.setdefault(key, value)
     given = os.environ.get("OTEL_RESOURCE_ATTRIBUTES", "").strip()
     present = {unquote(p.split("=", 1)[0].strip()) for p in given.split(",") if "=" in p}
@@ -305,20 +242,29 @@ def _activate(handle: TelemetryHandle, spec: Spec | None) -> None:
 # -- the public lifecycle -------------------------------------------------------------------------
 
 
+def label_attributes(spec: Spec) -> tuple[str, ...]:
+    """The resource attributes every Prometheus series carries as labels: the registry's run
+    attribute, then its lane attributes (nemo_rl's: ``rl.run_id``, ``rl.worker.group``,
+    ``rl.worker.rank``, so ``rl_run_id``, ``rl_worker_group``, ``rl_worker_rank``). One run's
+    series never mix with another's, and each process's are apart."""
+    conventions = spec.conventions
+    run = (conventions.run_attribute,) if conventions.run_attribute else ()
+    return (*run, *conventions.lane_attributes)
+
+
 def init_telemetry_driver(
-    config: Any, algorithm: str, *, spec: Spec | None = None
+    telemetry: TelemetryConfig, identity: RunIdentity, *, spec: Spec | None = None
 ) -> TelemetryHandle:
     """Start the job's telemetry on the driver; call once, before Ray starts.
 
-    ``config`` is the whole run config (a mapping, an OmegaConf config or a validated config
-    object) with an optional ``telemetry:`` block. The driver always exports when telemetry is on.
-    A second call returns the first handle.
+    ``telemetry`` is the run config's validated ``telemetry:`` block, ``identity`` what the run
+    is (its resource attributes, and where its files go by default). The driver always exports
+    when telemetry is on. A second call returns the first handle.
 
     Returns:
         The driver's :class:`~spanspec.export.TelemetryHandle`.
 
     Raises:
-        pydantic.ValidationError: for a malformed ``telemetry:`` block (unknown key, bad value).
         SettingsError: for a malformed ``NEMO_RL_OTEL_*`` / ``NEMO_LENS_*`` / OTLP variable, an
             unknown word in ``span_groups`` or an unwritable ``file_dir`` (see
             :func:`check_telemetry`).
@@ -328,34 +274,27 @@ def init_telemetry_driver(
     if _handle is not None:
         return _handle
     # Every check before anything starts: an unknown group fails here, not in a worker.
-    settings, mapping, spec, groups = check_telemetry(config, spec=spec)
+    settings, spec, groups = check_telemetry(telemetry, identity, spec=spec)
     if _ray_started():
         _log.warning(
             "telemetry: init_telemetry_driver ran after Ray started; workers started earlier "
             "do not see the telemetry settings"
         )
-    ignored = ignored_variables()
+    ignored = ignored_variables(conventions=spec.conventions, fields=RL_FIELDS)
     if ignored:
         _log.warning(
             "telemetry: %s: not a setting here, ignored (the nemo-lens names we read are in "
             "docs/observability/nemo-lens.md)",
             ", ".join(ignored),
         )
-    job_resource = {
-        "rl.algorithm": algorithm,
-        "rl.model": _model_name(mapping),
-        "rl.run_id": settings.run_id,
-        # Phoenix keeps only this resource attribute (its project); others read service.namespace.
-        "openinference.project.name": settings.project,
-        "service.namespace": settings.project,
-    }
+    job_resource = identity.resource(settings)
     handle = export.setup(
         # The env still carries the settings as given: a worker with the SDK exports.
         _without_sdk(settings),
         rank=0,
         world_size=1,
         resource={
-            **{k: v for k, v in job_resource.items() if v is not None},
+            **job_resource,
             "rl.worker.rank": 0,
             "rl.worker.world_size": 1,
             "rl.worker.group": "driver",
@@ -365,7 +304,7 @@ def init_telemetry_driver(
         worker_group="driver",
         exporting=True,
         handle_sigterm=True,
-        label_attributes=LABEL_ATTRIBUTES,
+        label_attributes=label_attributes(spec),
     )
     # Only once every setting has proved good, so a failed init leaves the env as it found it;
     # written also when off, so that workers are off too.
@@ -403,9 +342,9 @@ def init_telemetry_worker(
         return _handle
     try:
         # Without the driver's settings (no run id in the env) a worker stays off unless told.
-        driver_ran = bool(os.environ.get(DEFAULT_PREFIX + "RUN_ID"))
-        settings = load_settings(env=os.environ, defaults={"enabled": driver_ran})
         spec = spec or spanspec.load()
+        driver_ran = bool(os.environ.get(f"{spec.conventions.env_prefix}RUN_ID"))
+        settings = read_settings(env=os.environ, spec=spec, defaults={"enabled": driver_ran})
         groups = spec.resolve(settings.span_groups)
         picked = export.should_export(
             settings, rank, world_size, local_rank=local_rank, worker_group=worker_group
@@ -427,7 +366,7 @@ def init_telemetry_worker(
             worker_group=worker_group,
             node=node,
             handle_sigterm=True,
-            label_attributes=LABEL_ATTRIBUTES,
+            label_attributes=label_attributes(spec),
         )
         _activate(handle, spec)
     except Exception as exc:  # a worker trains on whatever its telemetry settings say

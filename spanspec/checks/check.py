@@ -7,19 +7,21 @@ summary. The command line (:mod:`spanspec.cli.check`) only prints the result.
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spanspec.files import broken_link, walk
 from spanspec.findings import Finding, SpecError, closest, did_you_mean
-from spanspec.registry import default_registry_path
+from spanspec.registry import default_registry_path, installed_registries
 from spanspec.spec import Spec
 
 if TYPE_CHECKING:
     from spanspec.registry.loader import Located
+    from spanspec.settings import FieldSpec
 
 __all__ = [
     "CONFIG_KEY",
@@ -27,12 +29,24 @@ __all__ = [
     "LoadedRegistry",
     "check_files",
     "display",
+    "program_fields",
     "read_registry",
     "same_file",
 ]
 
-REGISTRY_KEYS = ("version", "groups", "presets", "attributes", "spans", "metrics")
+REGISTRY_KEYS = (
+    "version",
+    "conventions",
+    "groups",
+    "presets",
+    "attributes",
+    "spans",
+    "metrics",
+)
 CONFIG_KEY = "telemetry"
+# The program that ships a registry may add settings of its own: a sequence of FieldSpec behind an
+# entry point of this group with the name of its registry's entry point.
+SETTINGS_ENTRY_POINT_GROUP = "spanspec.settings"
 
 
 def display(path: str | os.PathLike[str]) -> str:
@@ -171,8 +185,48 @@ def other_file(located: Located) -> list[Finding]:
     ]
 
 
-def check_config(located: Located, spec: Spec | None) -> list[Finding]:
-    """Findings for the ``telemetry:`` block of a run config."""
+def program_fields(registry: str | os.PathLike[str]) -> tuple[dict[str, FieldSpec], str]:
+    """The settings the program owning ``registry`` adds to spanspec's: the FieldSpecs behind its
+    ``spanspec.settings`` entry point (the name of the ``spanspec.registries`` entry point that
+    advertises this file). Imports the program's module that holds them; call it only when a
+    config names a setting spanspec does not know.
+
+    Returns:
+        Name -> FieldSpec (empty when the program declares none), and a note on why they could
+        not be loaded (empty when they could).
+    """
+    from importlib.metadata import entry_points
+
+    from spanspec.settings import FieldSpec
+
+    try:
+        wanted = Path(registry).resolve()
+    except (OSError, RuntimeError):
+        return {}, ""
+    names = {r.name for r in installed_registries() if r.path == wanted}
+    for ep in entry_points(group=SETTINGS_ENTRY_POINT_GROUP):
+        if ep.name not in names:
+            continue
+        try:
+            declared = tuple(ep.load())
+        except Exception as exc:  # the program's import failed: say so, check the rest
+            return {}, f"{ep.name} = {ep.value!r} could not be loaded ({type(exc).__name__}: {exc})"
+        if not all(isinstance(f, FieldSpec) for f in declared):
+            return {}, f"{ep.name} = {ep.value!r} is not a sequence of spanspec FieldSpec"
+        return {f.name: f for f in declared}, ""
+    return {}, ""
+
+
+def check_config(
+    located: Located,
+    spec: Spec | None,
+    extra: Callable[[], tuple[Mapping[str, FieldSpec], str]] = lambda: ({}, ""),
+) -> list[Finding]:
+    """Findings for the ``telemetry:`` block of a run config.
+
+    ``extra`` returns the program's own settings (see :func:`program_fields`) and a note on why
+    they could not be read; it is called only for a key that is not a spanspec setting.
+    """
     from spanspec.settings import FIELDS
 
     fields = {f.name: f for f in FIELDS}
@@ -197,11 +251,16 @@ def check_config(located: Located, spec: Spec | None) -> list[Finding]:
         loc = (*where, name)
         spec_field = fields.get(name)
         if spec_field is None:
-            hint = did_you_mean(name, fields)
-            valid = "" if hint else f"; expected one of: {', '.join(fields)}"
+            own, note = extra()
+            spec_field = own.get(name)
+        if spec_field is None:
+            known = [*fields, *own]
+            hint = did_you_mean(name, known)
+            valid = "" if hint else f"; expected one of: {', '.join(known)}"
+            why = f" (the program's own settings: {note})" if note else ""
             add(
                 "config.unknown_key",
-                f"{CONFIG_KEY}.{name}: unknown setting{hint}{valid}",
+                f"{CONFIG_KEY}.{name}: unknown setting{hint}{valid}{why}",
                 located.key_position(loc),
             )
             continue
@@ -283,7 +342,15 @@ def check_files(
     """Check YAML files (a folder stands for its ``.yaml`` files) and, with ``code``, span names.
 
     The main registry is ``registry``, else the first registry among ``paths``, else the default;
-    run configs are checked against it, other registries on their own.
+    run configs are checked against it, other registries on their own. A folder below a ``code``
+    folder that holds a registry of its own is another program's and is left out (see
+    :func:`other_programs`).
+
+    Returns:
+        Every finding, and the summary.
+
+    Raises:
+        RegistryNotFound: when no registry is given or among ``paths`` and none is installed.
     """
     from spanspec.checks.codecheck import check_calls
     from spanspec.checks.codescan import scan_paths
@@ -321,12 +388,15 @@ def check_files(
         other = read_registry(path)
         findings.extend(other.findings)
         checked.append(other.path)
+    extra = functools.cache(lambda: program_fields(main_path))
     for located in configs:
-        findings.extend(check_config(located, main.spec))
+        findings.extend(check_config(located, main.spec, extra))
         checked.append(located.path)
 
     if code:
-        scan = scan_paths(code)
+        others, notes = other_programs(code, main_path)
+        findings.extend(notes)
+        scan = scan_paths(code, exclude=others)
         checked.extend(scan.files)
         if main.spec is None:
             findings.extend(scan.findings)
@@ -353,6 +423,45 @@ def check_files(
     if main.spec is not None:
         summary["spans"] = len(main.spec.spans)
     return CheckResult(findings, summary)
+
+
+def other_programs(
+    code: Sequence[str], registry: str | os.PathLike[str]
+) -> tuple[list[Path], list[Finding]]:
+    """The folders below the ``--code`` folders that hold a registry of their own (not
+    ``registry``): another program's code, whose span names that registry declares. They are
+    left out of the scan, each with an information finding saying how to check it.
+
+    Returns:
+        The folders, and one finding per folder.
+    """
+    folders: list[Path] = []
+    findings: list[Finding] = []
+    for given in code:
+        root = Path(given)
+        if not root.is_dir():
+            continue
+        for path, problem in walk(root, (".yaml", ".yml")):
+            folder = path.parent
+            if (
+                problem is not None
+                or folder == root
+                or any(folder.is_relative_to(f) for f in folders)
+            ):
+                continue
+            if classify(str(path)) != "registry" or same_file(path, registry):
+                continue
+            folders.append(folder)
+            findings.append(
+                Finding(
+                    "code.other_registry",
+                    f"not scanned: the folder has its own registry ({display(path)}); check it "
+                    f"with `spanspec check {display(path)} --code {display(folder)}`",
+                    level="information",
+                    file=display(folder),
+                )
+            )
+    return folders, findings
 
 
 def yaml_files(paths: Sequence[str], findings: list[Finding]) -> list[str]:

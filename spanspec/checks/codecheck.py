@@ -50,7 +50,7 @@ def check_calls(
     """Check the scanned calls against ``spec``; see the module docstring for each finding id.
 
     ``located`` (the registry's parsed YAML) lets unused-span findings point at the declaration;
-    without it they point at the registry file. ``require_used`` globs (``rl.grpo.*``) turn
+    without it they point at the registry file. ``require_used`` globs (``pipeline.*``) turn
     unused spans they match into violations.
 
     Returns:

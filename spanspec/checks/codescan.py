@@ -7,11 +7,11 @@ is the name ``span`` or ``traced`` or an attribute ``.span`` / ``.traced`` (``sp
 
 - ``code.undeclared_span`` (violation): a literal name the registry does not declare;
 - ``code.non_literal_name`` (violation): a name that is not a string literal, a module-level
-  string constant, or an f-string (``f"rl.{algo}.step"``), so it cannot be checked;
+  string constant, or an f-string (``f"app.{kind}.step"``), so it cannot be checked;
 - ``code.templated_name`` (information): an f-string, with the declared names it can stand for
   (none is a ``code.undeclared_span``);
 - ``code.undeclared_attribute``, ``code.attribute_type``, ``code.attribute_value`` (violations):
-  attribute keys and literal values visible in the call (``**{"rl.iteration": 3}``, ``key=3``);
+  attribute keys and literal values visible in the call (``**{"app.batch.index": 3}``, ``key=3``);
 - ``code.missing_required_attribute`` (improvement): a required attribute absent from a call whose
   attributes are all visible (it may still be set on the span later);
 - late attributes: ``annotate(s, **{...})`` where ``s`` is bound by ``with span("name") as s`` (or
@@ -31,7 +31,7 @@ from __future__ import annotations
 import ast
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -93,13 +93,13 @@ class CodeScan:
 
 
 def iter_python_files(
-    paths: Iterable[str | os.PathLike[str]],
+    paths: Iterable[str | os.PathLike[str]], exclude: Collection[Path] = ()
 ) -> Iterator[tuple[str, Path | Finding | None]]:
     """Yield ``(display name, path)`` for each ``.py`` file under ``paths``, sorted per folder.
 
     A path given explicitly is yielded whatever its suffix; folders are searched recursively,
-    skipping hidden folders, ``__pycache__``, ``node_modules`` and ``site-packages`` (linked
-    folders are not entered). A path that does not exist is yielded with ``None``; one that
+    skipping hidden folders, ``__pycache__``, ``node_modules``, ``site-packages`` and the folders
+    in ``exclude`` (as found below a given folder; linked folders are not entered). A path that does not exist is yielded with ``None``; one that
     cannot be read (a folder that cannot be listed, a link that loops) with its finding.
     """
     for given in paths:
@@ -111,22 +111,23 @@ def iter_python_files(
             yield str(given), path
         elif path.is_dir():
             for found, problem in walk(path, (".py",), _SKIP_DIRS):
-                yield str(found), problem if problem is not None else found
+                if not any(found.is_relative_to(folder) for folder in exclude):
+                    yield str(found), problem if problem is not None else found
         elif path.exists():  # a FIFO or a device: reading it might never end
             yield str(given), Finding("file.unreadable", "not a regular file", file=str(given))
         else:
             yield str(given), None
 
 
-def scan_paths(paths: Iterable[str | os.PathLike[str]]) -> CodeScan:
-    """Scan every Python file under ``paths``.
+def scan_paths(paths: Iterable[str | os.PathLike[str]], exclude: Collection[Path] = ()) -> CodeScan:
+    """Scan every Python file under ``paths``, leaving out the folders in ``exclude``.
 
     Returns:
         A :class:`CodeScan`; a missing path, an unreadable file or a syntax error is a finding
         (``file.unreadable``, ``code.syntax``), never an exception.
     """
     scan = CodeScan()
-    for name, path in iter_python_files(paths):
+    for name, path in iter_python_files(paths, exclude):
         if path is None:
             scan.findings.append(Finding("file.unreadable", "no such file or directory", file=name))
             continue

@@ -13,8 +13,8 @@ from typing import Any, TextIO
 
 from spanspec.checks.check import display, read_registry, same_file
 from spanspec.findings import Finding
-from spanspec.registry import default_registry_path
-from spanspec.spec import Spec
+from spanspec.registry import ENV_VAR, RegistryNotFound, default_registry_path
+from spanspec.spec import REGISTRY_RESOURCE_ATTRIBUTE, Spec
 
 LEVELS = ("information", "improvement", "violation")
 
@@ -25,25 +25,118 @@ class UsageError(Exception):
 
 def add_common_options(p: argparse.ArgumentParser, formats: bool = True) -> None:
     """``--registry`` and, with ``formats``, ``--format`` and ``--level``."""
+    add_registry_option(p)
+    if formats:
+        add_output_options(p)
+
+
+def add_output_options(p: argparse.ArgumentParser) -> None:
+    """``--format`` (text or JSON) and ``--level`` of the findings printed."""
+    p.add_argument("--format", choices=("text", "json"), default="text", help="output format")
+    p.add_argument(
+        "--level",
+        choices=LEVELS,
+        default="information",
+        help="print findings of this level and above (the exit code counts all)",
+    )
+
+
+def add_registry_option(p: argparse.ArgumentParser, traces: bool = False) -> None:
+    """``--registry PATH``; for the trace readers (``traces``), the default also looks in the
+    traces for the registry the run recorded."""
+    recorded = ", else the one the traces name" if traces else ""
     p.add_argument(
         "--registry",
         metavar="PATH",
-        help="the registry file (default: $SPANSPEC_REGISTRY, else schemas/span_groups.yaml)",
+        help=f"the registry file (default: ${ENV_VAR}{recorded}, else the one an installed "
+        "package advertises)",
     )
-    if formats:
-        p.add_argument("--format", choices=("text", "json"), default="text", help="output format")
-        p.add_argument(
-            "--level",
-            choices=LEVELS,
-            default="information",
-            help="print findings of this level and above (the exit code counts all)",
-        )
+
+
+def registry_path(args: argparse.Namespace) -> str | os.PathLike[str]:
+    """``--registry``, else the default registry.
+
+    Raises:
+        UsageError: when none is given and none (or several) can be found.
+    """
+    if args.registry:
+        return str(args.registry)
+    try:
+        return default_registry_path()
+    except RegistryNotFound as exc:
+        raise UsageError(str(exc)) from None
 
 
 def require_spec(args: argparse.Namespace) -> tuple[Spec | None, list[Finding]]:
-    """The registry of ``--registry`` (or the default), compiled, and its findings."""
-    loaded = read_registry(args.registry or default_registry_path())
+    """The registry of ``--registry`` (or the default), compiled, and its findings.
+
+    Raises:
+        UsageError: when none is given and none (or several) can be found.
+    """
+    loaded = read_registry(registry_path(args))
     return loaded.spec, loaded.findings
+
+
+def reader_registry(
+    args: argparse.Namespace, resources: Iterable[dict[str, Any]], required: bool = True
+) -> str | os.PathLike[str] | None:
+    """The registry a trace reader holds the spans to: ``--registry``, else ``$SPANSPEC_REGISTRY``,
+    else the one the run recorded on its resources (the ``spanspec.registry`` attribute, when
+    that file exists here), else the one an installed package advertises.
+
+    Returns:
+        Its path; None when none was found and ``required`` is False.
+
+    Raises:
+        UsageError: when none was found and ``required``.
+    """
+    path: str | os.PathLike[str] | None = args.registry or os.environ.get(ENV_VAR, "").strip()
+    if not path:
+        path = next(
+            (
+                str(r[REGISTRY_RESOURCE_ATTRIBUTE])
+                for r in resources
+                if isinstance(r.get(REGISTRY_RESOURCE_ATTRIBUTE), str)
+                and Path(r[REGISTRY_RESOURCE_ATTRIBUTE]).is_file()
+            ),
+            None,
+        )
+    if not path:
+        try:
+            path = default_registry_path()
+        except RegistryNotFound as exc:
+            if required:
+                raise UsageError(str(exc)) from None
+            return None
+    return path
+
+
+def reader_spec(
+    args: argparse.Namespace, resources: Iterable[dict[str, Any]], required: bool = True
+) -> Spec | None:
+    """The compiled registry of :func:`reader_registry`.
+
+    Returns:
+        The spec; None when ``required`` is False and none was given and the default is missing
+        or has violations (the reader then uses neutral conventions).
+
+    Raises:
+        UsageError: for a registry with violations (the first one, and how many more), or
+            none found where ``required``.
+    """
+    path = reader_registry(args, resources, required)
+    if path is None:
+        return None
+    loaded = read_registry(path)
+    if loaded.spec is None and not required and not args.registry:
+        return None  # a reader that can do without: a broken default is not its problem
+    if loaded.spec is None:
+        bad = [f for f in loaded.findings if f.level == "violation"]
+        more = (
+            f" (and {len(bad) - 1} more; see spanspec check {loaded.path})" if len(bad) > 1 else ""
+        )
+        raise UsageError(f"{bad[0] if bad else loaded.path}{more}")
+    return loaded.spec
 
 
 # -- output ---------------------------------------------------------------------------------------
@@ -109,8 +202,12 @@ def emit(
 
 
 def source_name(path: str) -> str:
-    """How the docs name their registry: ``schemas/span_groups.yaml`` for the default one."""
-    default = default_registry_path()
+    """How the docs name their registry: ``schemas/span_groups.yaml`` for the default one (its
+    folder and name, so no path of this machine ends up in a committed file)."""
+    try:
+        default = default_registry_path()
+    except RegistryNotFound:
+        return display(path)
     if same_file(path, default):
         return f"{default.parent.name}/{default.name}"
     return display(path)

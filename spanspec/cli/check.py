@@ -7,6 +7,7 @@ from typing import Any
 
 from spanspec.checks.check import check_files
 from spanspec.cli._common import UsageError, add_common_options, emit
+from spanspec.registry import RegistryNotFound
 
 
 def add(commands: Any) -> None:
@@ -33,7 +34,7 @@ def add(commands: Any) -> None:
         "--require-used",
         action="append",
         metavar="PATTERN",
-        help="declared spans matching this glob (e.g. 'rl.grpo.*') must be used in the code",
+        help="declared spans matching this glob (e.g. 'checkout.*') must be used in the code",
     )
     add_common_options(check)
     check.set_defaults(run=run)
@@ -42,5 +43,8 @@ def add(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.require_used and not args.code:
         raise UsageError("--require-used needs --code DIR")
-    result = check_files(args.files, args.registry, args.code or (), args.require_used or ())
+    try:
+        result = check_files(args.files, args.registry, args.code or (), args.require_used or ())
+    except RegistryNotFound as exc:
+        raise UsageError(str(exc)) from None
     return emit(result.findings, args, title="spanspec check", summary=result.summary)

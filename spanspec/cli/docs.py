@@ -38,15 +38,28 @@ def run(args: argparse.Namespace) -> int:
         return emit(findings, args, title="spanspec docs")
     emitted = None
     if args.code:
+        from spanspec.checks.check import other_programs
         from spanspec.checks.codecheck import emitted_names
         from spanspec.checks.codescan import scan_paths
 
-        scan = scan_paths(args.code)
+        others, _ = other_programs(args.code, spec.source)
+        scan = scan_paths(args.code, exclude=others)
         if any(f.level != "information" for f in scan.findings):  # a file it could not read
             return emit(scan.findings, args, title="spanspec docs")
         emitted = emitted_names(spec, scan)
-    text = render_reference(spec, source_name(spec.source), emitted)
     out = Path(args.out)
+    # The folder is left out: the file is the same wherever it is written (the --check test).
+    command = " ".join(
+        [
+            "spanspec docs --out <this folder>",
+            *(f"--code {display(c)}" for c in args.code or ()),
+            *([f"--registry {display(args.registry)}"] if args.registry else []),
+        ]
+    )
+    text = render_reference(spec, source_name(spec.source), emitted, command)
     return write_or_check(
-        out / REFERENCE_FILE, text, args.check, f"spanspec docs --out {display(out)}"
+        out / REFERENCE_FILE,
+        text,
+        args.check,
+        command.replace("<this folder>", display(out)),
     )

@@ -8,8 +8,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from spanspec.checks.check import display
-from spanspec.cli._common import UsageError, add_common_options, emit, require_spec
+from spanspec.checks.check import display, read_registry
+from spanspec.cli._common import (
+    UsageError,
+    add_output_options,
+    add_registry_option,
+    emit,
+    reader_registry,
+)
 from spanspec.findings import SpecError, did_you_mean
 from spanspec.spec import Spec
 
@@ -40,7 +46,8 @@ def add(commands: Any) -> None:
         action="store_true",
         help="also check spans of other instrumentation scopes than spanspec",
     )
-    add_common_options(live)
+    add_registry_option(live, traces=True)
+    add_output_options(live)
     live.set_defaults(run=run)
 
 
@@ -48,22 +55,24 @@ def run(args: argparse.Namespace) -> int:
     from spanspec.traces.livecheck import live_check
     from spanspec.traces.otlp_json import read_traces
 
-    spec, findings = require_spec(args)
+    files = [display(p) if Path(p).exists() else p for p in args.files]
+    read = read_traces(files)
+    loaded = read_registry(reader_registry(args, (s.resource for s in read.spans)))
+    spec = loaded.spec
     if spec is None:
-        return emit(findings, args, title="spanspec live-check")
+        return emit(loaded.findings, args, title="spanspec live-check")
     required = coverage_requirements(spec, args.require_coverage or ())
     if args.groups is not None:
         try:
             spec.resolve(args.groups)
         except SpecError as exc:
             raise UsageError(f"--groups {args.groups!r}: {exc.findings[0].message}") from None
-    files = [display(p) if Path(p).exists() else p for p in args.files]
-    read = read_traces(files)
     report = live_check(
         spec, read.spans, groups=args.groups, require_coverage=required, all_scopes=args.all_scopes
     )
     findings = read.findings + report.findings
     summary = {
+        "registry": loaded.path,
         "files": read.files,
         "spans": len(read.spans),
         "spans_checked": report.spans_checked,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from spanspec.cli._common import UsageError
+from spanspec.cli._common import UsageError, add_registry_option, reader_spec
 
 
 def add(commands: Any) -> None:
@@ -21,21 +21,20 @@ def add(commands: Any) -> None:
     )
     report.add_argument("-o", "--out", metavar="FILE", default="report.html", help="output file")
     report.add_argument("--run-id", metavar="ID", help="the run to show (default: the latest)")
-    report.add_argument("--registry", metavar="PATH", help="the registry (for buckets)")
+    add_registry_option(report, traces=True)
     report.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    import spanspec
     from spanspec.traces.report import ReportError, write_report
 
+    def spec(spans: Any) -> Any:
+        return reader_spec(args, (s.resource for s in spans))
+
     try:
-        spec = spanspec.load(args.registry) if args.registry else None
         data = write_report(args.path, args.out, spec=spec, run_id=args.run_id)
     except ReportError as exc:
         raise UsageError(str(exc)) from None
-    except spanspec.SpecError as exc:
-        raise UsageError(f"{args.registry}: {exc}") from None
     except OSError as exc:
         raise UsageError(f"{args.out}: cannot write: {exc.strerror or exc}") from None
     print(

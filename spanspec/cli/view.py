@@ -7,7 +7,8 @@ import argparse
 import sys
 from typing import Any
 
-from spanspec.cli._common import UsageError
+from spanspec.cli._common import UsageError, add_registry_option, reader_spec
+from spanspec.spec import Conventions
 
 
 def add(commands: Any) -> None:
@@ -15,12 +16,17 @@ def add(commands: Any) -> None:
         "view",
         help="draw one trace as a text waterfall",
         description="Draw one trace of an OTLP-JSON trace file as a waterfall; by default the "
-        "first trace whose root is a step span (rl.*.step).",
+        "first trace whose root is a step span (the registry's conventions.step_span).",
     )
     view.add_argument("file", metavar="FILE")
     pick = view.add_mutually_exclusive_group()
     pick.add_argument("--trace", metavar="ID", help="trace id (a unique prefix is enough)")
-    pick.add_argument("--step", type=int, metavar="N", help="the step with rl.iteration N")
+    pick.add_argument(
+        "--step",
+        type=int,
+        metavar="N",
+        help="the step numbered N (by the registry's conventions.step_attribute)",
+    )
     pick.add_argument("--list", action="store_true", help="list the traces instead")
     view.add_argument("--width", type=positive, default=40, help="bar width in characters")
     view.add_argument(
@@ -31,7 +37,12 @@ def add(commands: Any) -> None:
         "the one --trace/--step picks) for Perfetto UI or chrome://tracing, written to --out",
     )
     view.add_argument("-o", "--out", metavar="FILE", help="output file of --format chrome")
-    view.add_argument("--run-id", metavar="ID", help="only the spans of this run (rl.run_id)")
+    view.add_argument(
+        "--run-id",
+        metavar="ID",
+        help="only the spans of this run (by the registry's conventions.run_attribute)",
+    )
+    add_registry_option(view, traces=True)
     view.set_defaults(run=run)
 
 
@@ -44,13 +55,23 @@ def run(args: argparse.Namespace) -> int:
         if f.level != "information" or f.id == "otlp.truncated_line":
             print(f, file=sys.stderr)
     spans = read.spans
+    # Drawing needs no registry; steps, runs and lanes are its conventions (neutral without one).
+    needed = args.registry is not None or args.step is not None or args.run_id is not None
+    spec = reader_spec(args, (s.resource for s in spans), required=needed)
+    conventions = spec.conventions if spec is not None else Conventions()
     if args.run_id is not None:
-        spans = [s for s in spans if s.resource.get("rl.run_id") == args.run_id]
+        key = conventions.run_attribute
+        if key is None:
+            raise UsageError(
+                f"--run-id: the registry ({spec.source if spec else '-'}) names no run attribute "
+                "(conventions.run_attribute)"
+            )
+        spans = [s for s in spans if s.resource.get(key) == args.run_id]
         if not spans:
-            raise UsageError(f"no spans of run {args.run_id!r} in {args.file}")
+            raise UsageError(f"no spans of run {args.run_id!r} ({key}) in {args.file}")
     summaries = traces(spans)
     if args.format == "chrome":
-        return _write_chrome(args, summaries)
+        return _write_chrome(args, summaries, conventions)
     if args.list:
         for t in summaries:
             print(
@@ -59,7 +80,9 @@ def run(args: argparse.Namespace) -> int:
             )
         return 0 if summaries else 1
     try:
-        chosen = select_trace(summaries, trace_id=args.trace, step=args.step)
+        chosen = select_trace(
+            summaries, trace_id=args.trace, step=args.step, conventions=conventions
+        )
     except LookupError as exc:
         print(f"spanspec view: {exc}", file=sys.stderr)
         return 1
@@ -68,11 +91,11 @@ def run(args: argparse.Namespace) -> int:
         bar.encode(sys.stdout.encoding or "ascii")
     except (UnicodeEncodeError, LookupError):
         bar = "#"
-    print(render_waterfall(chosen, width=args.width, bar=bar))
+    print(render_waterfall(chosen, width=args.width, bar=bar, conventions=conventions))
     return 0
 
 
-def _write_chrome(args: argparse.Namespace, summaries: list[Any]) -> int:
+def _write_chrome(args: argparse.Namespace, summaries: list[Any], conventions: Conventions) -> int:
     import json
 
     from spanspec.traces.timeline import to_chrome_trace
@@ -88,12 +111,16 @@ def _write_chrome(args: argparse.Namespace, summaries: list[Any]) -> int:
     chosen = summaries
     if args.trace is not None or args.step is not None:
         try:
-            chosen = [select_trace(summaries, trace_id=args.trace, step=args.step)]
+            chosen = [
+                select_trace(
+                    summaries, trace_id=args.trace, step=args.step, conventions=conventions
+                )
+            ]
         except LookupError as exc:
             print(f"spanspec view: {exc}", file=sys.stderr)
             return 1
     spans = [s for t in chosen for s in t.spans]
-    trace = to_chrome_trace(spans)
+    trace = to_chrome_trace(spans, conventions)
     try:
         with open(args.out, "w", encoding="utf-8") as out:
             json.dump(trace, out, separators=(",", ":"))

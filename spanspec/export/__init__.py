@@ -110,23 +110,23 @@ def setup(
 ) -> TelemetryHandle:
     """Build this process's providers from ``settings``.
 
-        ``label_attributes`` names the resource attributes every Prometheus series carries as a
-        label (a run id, a role, a rank: ``rl.run_id`` becomes ``rl_run_id``), so that runs and
-        processes never share a series; OTLP and the files keep them on the resource.
+    ``resource`` adds attributes to :func:`base_resource_attributes` (and to
+    ``$OTEL_RESOURCE_ATTRIBUTES``, which the SDK reads; explicit attributes win). Whether this
+    process exports follows :func:`should_export` (``node``: this process's node id, for
+    ``first_rank_per_node`` where several nodes share a host) unless ``exporting`` says so. When
+    it does not, the handle holds no-op providers and nothing of the SDK is imported.
+    ``handle_sigterm`` installs :meth:`TelemetryHandle.install_sigterm_flush`;
+    ``register_atexit`` flushes at exit. ``label_attributes`` names the resource attributes every
+    Prometheus series carries as a label (a run id, a role, a rank: ``app.run_id`` becomes
+    ``app_run_id``), so that runs and processes never share a series; OTLP and the files keep
+    them on the resource.
 
-        ``resource`` adds attributes to :func:`base_resource_attributes` (and to
-        ``$OTEL_RESOURCE_ATTRIBUTES``, which the SDK reads; explicit attributes win). Whether this
-        process exports follows :func:`should_export` (``node``: this process's node id, for
-    ``first_rank_per_node`` where several nodes share a host) unless ``exporting`` says so. When it does not,
-        the handle holds no-op providers and nothing of the SDK is imported. ``handle_sigterm``
-        installs :meth:`TelemetryHandle.install_sigterm_flush`; ``register_atexit`` flushes at exit.
+    Returns:
+        The :class:`TelemetryHandle`; call its ``shutdown()`` at the end.
 
-        Returns:
-            The :class:`TelemetryHandle`; call its ``shutdown()`` at the end.
-
-        Raises:
-            SettingsError: for an unusable OTLP protocol, or an exporter the SDK refuses to build
-                (a configuration error, reported before any work starts).
+    Raises:
+        SettingsError: for an unusable OTLP protocol, or an exporter the SDK refuses to build
+            (a configuration error, reported before any work starts).
     """
     decided = should_export(
         settings, rank, world_size, local_rank=local_rank, worker_group=worker_group, node=node
@@ -180,7 +180,7 @@ def _build(
         "prometheus": lambda s: _prometheus_destination(settings),
     }
     if settings.prometheus_remote_write_url and "prometheus" in settings.exporters:
-        _needs_cramjam()
+        _needs_cramjam(settings.how_to_set("prometheus_remote_write_url"))
     for signal_name, protocol in protocols.items():
         hint = protocol_hint(signal_name, protocol)
         if hint and _signal_on(settings, signal_name):
@@ -231,7 +231,7 @@ def _prometheus_destination(settings: Settings) -> str:
     return f"http://127.0.0.1:{settings.prometheus_port}/metrics"
 
 
-def _needs_cramjam() -> None:
+def _needs_cramjam(setting: str) -> None:
     """Raise a :class:`SettingsError` naming the setting and the install command when the snappy
     compressor that remote write needs is missing."""
     import importlib.util
@@ -239,7 +239,7 @@ def _needs_cramjam() -> None:
     if importlib.util.find_spec("cramjam") is None:
         raise SettingsError(
             [
-                "prometheus_remote_write_url: pushing to Prometheus needs the snappy compressor "
+                f"{setting}: pushing to Prometheus needs the snappy compressor "
                 "of the cramjam package (pip install cramjam)"
             ]
         )

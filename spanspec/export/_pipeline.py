@@ -336,7 +336,9 @@ def build(
             from spanspec.export import prometheus
 
             built.prometheus = prometheus.start(
-                settings.prometheus_port, label_attributes=label_attributes
+                settings.prometheus_port,
+                setting=settings.how_to_set("prometheus_port"),
+                label_attributes=label_attributes,
             )
             readers.append(built.prometheus.reader)
             pipeline("metrics", "prometheus").destination = built.prometheus.url

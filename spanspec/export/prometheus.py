@@ -10,8 +10,8 @@
   ports from ``prometheus_port`` (the driver starts first, so it gets the base). What changed
   after the last scrape before the process exits is never seen.
 
-Both name series as ``opentelemetry-exporter-prometheus`` does (``rl.policy.loss`` ->
-``rl_policy_loss``, a histogram's ``_bucket``/``_sum``/``_count``, ``target_info``), and both
+Both name series as ``opentelemetry-exporter-prometheus`` does (``app.loss`` -> ``app_loss``,
+a histogram's ``_bucket``/``_sum``/``_count``, ``target_info``), and both
 copy the caller's ``label_attributes`` (resource attributes such as a run id, a role and a rank)
 onto every series as labels, so that two runs, or two processes, never share a series.
 """
@@ -122,12 +122,20 @@ def with_labels(data: MetricsData, keys: Sequence[str]) -> MetricsData:
 
 
 def start(
-    base_port: int, tries: int = PORTS_TRIED, label_attributes: Sequence[str] = ()
+    base_port: int,
+    tries: int = PORTS_TRIED,
+    setting: str = "prometheus_port",
+    label_attributes: Sequence[str] = (),
 ) -> PrometheusServer:
     """Serve a fresh registry's metrics on the first free port from ``base_port``.
 
+    ``setting`` is how the message tells a person to change the port (the variable and key).
+
+    Returns:
+        The running :class:`PrometheusServer`.
+
     Raises:
-        SettingsError: naming ``prometheus_port`` when none of the ports is free.
+        SettingsError: naming ``setting`` when none of the ports is free.
     """
     labels = tuple(label_attributes)
 
@@ -153,8 +161,7 @@ def start(
     raise SettingsError(
         [
             f"prometheus_port={base_port}: no free port among {base_port}-{base_port + tries - 1} "
-            f"on 127.0.0.1 ({last.strerror if last else 'in use'}); set "
-            "the prometheus_port setting to a free range"
+            f"on 127.0.0.1 ({last.strerror if last else 'in use'}); set {setting} to a free range"
         ]
     )
 

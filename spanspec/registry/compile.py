@@ -1,8 +1,8 @@
 """Validated schema -> :class:`~spanspec.spec.Spec`: the last step of reading a registry.
 
-Compiling expands ``rl.{algorithm}.<phase>`` templates, checks the cross-references the schema
-cannot see on its own (undeclared groups and attributes, preset cycles, duplicate names, metrics
-fed by unknown spans), and collects every problem as a finding before raising. Each section of
+Compiling expands ``{algorithm}`` templates, checks the cross-references the schema cannot see on
+its own (undeclared groups and attributes, preset cycles, duplicate names, metrics fed by unknown
+spans, conventions naming what is not declared), and collects every problem as a finding before raising. Each section of
 the registry has its own small builder below; they share one :class:`_Report`.
 """
 
@@ -13,10 +13,11 @@ from types import MappingProxyType
 
 from spanspec.findings import Finding, Level, SpecError, a_type, did_you_mean
 from spanspec.registry.loader import Located, gc_paused
-from spanspec.registry.schema import MetricDecl, Registry, SpanDecl
+from spanspec.registry.schema import ConventionsDecl, MetricDecl, Registry, SpanDecl
 from spanspec.spec import (
     ALGORITHM_PLACEHOLDER,
     AttributeDef,
+    Conventions,
     GroupDef,
     MetricDef,
     SpanEntry,
@@ -65,6 +66,7 @@ def _compile(registry: Registry, located: Located) -> Spec:
     metrics = {
         name: _metric(name, m, spans, attributes, report) for name, m in registry.metrics.items()
     }
+    conventions = _conventions(registry.conventions, spans, attributes, report)
     if any(f.level == "violation" for f in report.findings):
         raise SpecError(report.findings)
     return Spec(
@@ -76,6 +78,7 @@ def _compile(registry: Registry, located: Located) -> Spec:
         spans=MappingProxyType(spans),
         metrics=MappingProxyType(metrics),
         algorithms=tuple(algorithms),
+        conventions=conventions,
         findings=tuple(report.findings),
     )
 
@@ -291,6 +294,138 @@ def _check_metric_attributes(
                 f"metrics.{name}: attribute '{key}' is high-cardinality and cannot label a metric",
                 ("metrics", name, "attributes", j),
             )
+
+
+def _conventions(
+    decl: ConventionsDecl,
+    spans: Mapping[str, SpanEntry],
+    attributes: Mapping[str, AttributeDef],
+    report: _Report,
+) -> Conventions:
+    """The ``conventions:`` block: each key names something declared, and the prefixes are
+    told apart (a prefix inside another would read one program's variables as the other's)."""
+    where = ("conventions",)
+    prefixes = [decl.env_prefix] if decl.env_prefix else []
+    if decl.env_fallback_prefixes and not decl.env_prefix:
+        report(
+            "conventions.fallback_without_prefix",
+            "conventions.env_fallback_prefixes: needs an env_prefix to fall back from",
+            (*where, "env_fallback_prefixes"),
+        )
+    for i, prefix in enumerate(decl.env_fallback_prefixes):
+        loc = (*where, "env_fallback_prefixes", i)
+        clash = next((p for p in prefixes if prefix.startswith(p) or p.startswith(prefix)), None)
+        if clash is not None:
+            report(
+                "conventions.prefix_overlap",
+                f"conventions.env_fallback_prefixes: '{prefix}' "
+                + ("is already a prefix" if clash == prefix else f"overlaps '{clash}'")
+                + "; each prefix must name its own variables (neither may start with the other)",
+                loc,
+            )
+        prefixes.append(prefix)
+    for i, prefix in enumerate(prefixes):
+        if prefix.startswith("OTEL_"):
+            loc = (*where, "env_prefix") if i == 0 else (*where, "env_fallback_prefixes", i - 1)
+            report(
+                "conventions.otel_prefix",
+                f"conventions: '{prefix}' is the OpenTelemetry SDK's own prefix; choose one for "
+                "the program, e.g. 'MYAPP_OTEL_'",
+                loc,
+            )
+
+    templates = {e.template for e in spans.values()}
+    step_names: frozenset[str] = frozenset()
+    if decl.step_span is not None:
+        step_names = frozenset(n for n, e in spans.items() if decl.step_span in (e.template, n))
+        if not step_names:
+            report(
+                "conventions.unknown_span",
+                f"conventions.step_span: span '{decl.step_span}' is not declared"
+                f"{did_you_mean(decl.step_span, [*spans, *templates])}",
+                (*where, "step_span"),
+            )
+    if decl.step_attribute is not None:
+        loc = (*where, "step_attribute")
+        if decl.step_span is None:
+            report(
+                "conventions.attribute_without_step",
+                "conventions.step_attribute: needs a step_span whose steps it numbers",
+                loc,
+            )
+        if _declared(decl.step_attribute, "step_attribute", attributes, report, loc):
+            kind = attributes[decl.step_attribute].type
+            if kind != "int":
+                report(
+                    "conventions.step_attribute_type",
+                    f"conventions.step_attribute: '{decl.step_attribute}' is {a_type(kind)}; "
+                    "steps are numbered by an int attribute",
+                    loc,
+                )
+            missing = sorted(
+                n for n in step_names if decl.step_attribute not in spans[n].attributes
+            )
+            if missing:
+                report(
+                    "conventions.step_attribute_not_on_step",
+                    f"conventions.step_attribute: '{decl.step_attribute}' is not an attribute of "
+                    f"the step span '{missing[0]}'; add it to the span's attributes",
+                    loc,
+                )
+    if decl.run_attribute is not None:
+        _declared(
+            decl.run_attribute, "run_attribute", attributes, report, (*where, "run_attribute")
+        )
+    for key in ("lane_attributes", "report_attributes"):
+        seen: set[str] = set()
+        for i, name in enumerate(getattr(decl, key)):
+            loc = (*where, key, i)
+            if name in seen:
+                report("conventions.duplicate", f"conventions.{key}: '{name}' is listed twice", loc)
+            seen.add(name)
+            _declared(name, key, attributes, report, loc)
+    if decl.main_lane is not None and not decl.lane_attributes:
+        report(
+            "conventions.main_lane_without_lanes",
+            "conventions.main_lane: needs lane_attributes, whose first one it is a value of",
+            (*where, "main_lane"),
+        )
+    elif decl.main_lane is not None and decl.lane_attributes[0] in attributes:
+        first = attributes[decl.lane_attributes[0]]
+        if first.allowed is not None and decl.main_lane not in first.allowed:
+            values = sorted(map(str, first.allowed))
+            report(
+                "conventions.main_lane_value",
+                f"conventions.main_lane: '{decl.main_lane}' is not an allowed value of "
+                f"'{first.key}'{did_you_mean(decl.main_lane, values)}; allowed: {', '.join(values)}",
+                (*where, "main_lane"),
+            )
+    return Conventions(
+        env_prefix=decl.env_prefix,
+        env_fallback_prefixes=tuple(decl.env_fallback_prefixes),
+        service_name=decl.service_name,
+        step_span=decl.step_span,
+        step_attribute=decl.step_attribute,
+        run_attribute=decl.run_attribute,
+        lane_attributes=tuple(decl.lane_attributes),
+        main_lane=decl.main_lane,
+        report_attributes=tuple(decl.report_attributes),
+    )
+
+
+def _declared(
+    key: str, field: str, attributes: Mapping[str, AttributeDef], report: _Report, loc: Loc
+) -> bool:
+    """Whether ``key`` is a declared attribute; reports it with the closest one when not."""
+    if key in attributes:
+        return True
+    report(
+        "conventions.unknown_attribute",
+        f"conventions.{field}: attribute '{key}' is not declared under 'attributes'"
+        f"{did_you_mean(key, attributes)}",
+        loc,
+    )
+    return False
 
 
 def _find_cycle(start: str, presets: Mapping[str, list[str]]) -> list[str] | None:

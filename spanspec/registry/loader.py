@@ -297,7 +297,11 @@ def validation_findings(
                 )
             what = validation_message(str(error["msg"]))
             if kind == "string_pattern_mismatch":
-                what = _pattern_in_words(str(error.get("ctx", {}).get("pattern", "")), got)
+                pattern = str(error.get("ctx", {}).get("pattern", ""))
+                what = _pattern_in_words(pattern, got)
+                if pattern == _ENV_PREFIX and isinstance(got, str):
+                    fixed = re.sub(r"[^A-Z0-9_]", "_", got.strip().upper()).rstrip("_") + "_"
+                    hint = f" (did you mean '{fixed}'?)" if re.fullmatch(_ENV_PREFIX, fixed) else ""
             elif loc == ("version",):
                 what = "expected 1 (the only registry format version)"
             message = f"{field}: {what}{shown}{hint}{_yaml11_hint(located._node(loc), got)}"
@@ -305,13 +309,18 @@ def validation_findings(
     return findings
 
 
+_ENV_PREFIX = r"^[A-Z][A-Z0-9_]*_$"
 _PATTERN_WORDS = {
     r"^[a-z][a-z0-9_]*$": "expected a lower-case word such as 'per_step' (a-z, 0-9 and _, "
     "starting with a letter)",
     r"^(low|high)$": "expected 'low' or 'high'",
+    _ENV_PREFIX: "expected an environment-variable prefix such as 'MYAPP_OTEL_' "
+    "(upper-case A-Z, 0-9 and _, starting with a letter, ending with _)",
+    r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)*$": "expected a lower-case dotted attribute key such as "
+    "'http.request.method' (words of a-z, 0-9 and _ joined by dots)",
 }
 _DOTTED_WORDS = (
-    "expected a lower-case dotted name such as 'rl.grpo.step' (words of a-z, 0-9 and _ joined "
+    "expected a lower-case dotted name such as 'db.query.execute' (words of a-z, 0-9 and _ joined "
     "by dots; the one placeholder is '{algorithm}')"
 )
 # What YAML 1.1 (PyYAML) reads as a boolean when left unquoted.

@@ -19,6 +19,7 @@ __all__ = [
     "AttributeDecl",
     "AttributeType",
     "Bucket",
+    "ConventionsDecl",
     "GroupDecl",
     "Instrument",
     "MetricDecl",
@@ -31,8 +32,14 @@ __all__ = [
 
 # Lower-case dotted names, as OpenTelemetry recommends for span, attribute and metric names.
 _DOTTED = r"^[a-z][a-z0-9_]*(\.([a-z0-9_]+|\{algorithm\}))*$"
+# Attribute keys, also of resource attributes: dotted, no placeholder.
+_KEY = r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)*$"
+# An environment-variable prefix: upper case, ending in an underscore (MYAPP_OTEL_).
+ENV_PREFIX = r"^[A-Z][A-Z0-9_]*_$"
 Word = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]*$")]
 DottedName = Annotated[str, StringConstraints(pattern=_DOTTED)]
+AttributeKey = Annotated[str, StringConstraints(pattern=_KEY)]
+EnvPrefix = Annotated[str, StringConstraints(pattern=ENV_PREFIX)]
 
 
 class _Strict(BaseModel):
@@ -99,7 +106,7 @@ class SpanDecl(_Strict):
     brief: str = Field(min_length=1)
     algorithms: list[Word] | None = Field(
         default=None,
-        description="Expand `rl.{algorithm}.<phase>` once per algorithm; needs the placeholder.",
+        description="Expand the name's `{algorithm}` once per algorithm listed; needs the placeholder.",
     )
     attributes: dict[str, Requirement] = Field(default_factory=dict)
     max_duration: str | None = Field(
@@ -150,6 +157,60 @@ class MetricDecl(_Strict):
         return (self.span,) if isinstance(self.span, str) else tuple(self.span)
 
 
+class ConventionsDecl(_Strict):
+    """What the program that owns the registry calls things. spanspec names no application: its
+    settings, its group override and its trace readers take these words from here."""
+
+    env_prefix: EnvPrefix | None = Field(
+        default=None,
+        description="Settings are read from $<env_prefix><NAME> (e.g. MYAPP_OTEL_ENABLED), and "
+        "$<env_prefix>SPAN_GROUPS overrides the groups at activation. None: only the SDK's "
+        "OTEL_* variables apply.",
+    )
+    env_fallback_prefixes: list[EnvPrefix] = Field(
+        default_factory=list,
+        description="Prefixes read, in order, where the env_prefix variable is unset (a "
+        "predecessor's names); needs env_prefix.",
+    )
+    service_name: str | None = Field(
+        default=None,
+        min_length=1,
+        description="The default OpenTelemetry service.name of the program's processes "
+        "(OTEL_SERVICE_NAME and the service_name setting win).",
+    )
+    step_span: DottedName | None = Field(
+        default=None,
+        description="What one step is, for every reader (breakdown, view, report): a declared "
+        "span name or {algorithm} template.",
+    )
+    step_attribute: AttributeKey | None = Field(
+        default=None,
+        description="The declared int attribute of the step span that numbers steps "
+        "(`spanspec view --step N`); needs step_span.",
+    )
+    run_attribute: AttributeKey | None = Field(
+        default=None,
+        description="The declared attribute every process of one run carries on its resource "
+        "(a run id): readers tell runs apart by it (`--run-id`).",
+    )
+    lane_attributes: list[AttributeKey] = Field(
+        default_factory=list,
+        description="Declared resource attributes naming a process's lane in views and reports, "
+        "most significant first (e.g. a worker group, then a rank). None: service.name and "
+        "process.pid.",
+    )
+    main_lane: str | None = Field(
+        default=None,
+        min_length=1,
+        description="The value of the first lane attribute that marks the main process: its lane "
+        "is drawn first and named by that value alone; needs lane_attributes.",
+    )
+    report_attributes: list[AttributeKey] = Field(
+        default_factory=list,
+        description="Declared resource attributes a report's header shows (e.g. the model).",
+    )
+
+
 class Registry(_Strict):
     """The whole registry file."""
 
@@ -159,6 +220,11 @@ class Registry(_Strict):
     attributes: dict[DottedName, AttributeDecl] = Field(default_factory=dict)
     spans: list[SpanDecl] = Field(default_factory=list)
     metrics: dict[DottedName, MetricDecl] = Field(default_factory=dict)
+    conventions: ConventionsDecl = Field(
+        default_factory=ConventionsDecl,
+        description="What the owning program calls things (env prefix, step span, run and lane "
+        "attributes); neutral defaults when absent.",
+    )
 
 
 def json_schema() -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """Where the step time went, computed from the spans the run emitted (not a second bookkeeping).
 
-Every ``rl.<algorithm>.step`` span is a step. Its descendants in the same trace are its phases;
+Every step span (the registry's ``conventions.step_span``: a name, or each expansion of a
+``{algorithm}`` template) is a step. Its descendants in the same trace are its phases;
 each phase's time is summed per step and averaged over steps, and its share is of the mean step
 time. For the efficiency buckets, the time of a span counts once, at the highest span below the
 step whose group has a bucket (rollout, which has none, is counted through its children), and what
@@ -35,13 +36,11 @@ class Breakdown:
     mean_step_s: float
     phases: list[PhaseTime] = field(default_factory=list)
     buckets: dict[str, float] = field(default_factory=dict)  # bucket -> share of step time
+    hint: str = ""  # with no steps: why, and what to turn on
 
     def __str__(self) -> str:
         if not self.steps:
-            return (
-                "where the step time went: no step spans in the trace files "
-                "(turn on the 'step' group, e.g. telemetry.span_groups=per_step)"
-            )
+            return f"where the step time went: {self.hint or 'no step spans in the trace files'}"
         lines = [
             f"where the step time went ({self.steps} steps, mean step {self.mean_step_s:.3f} s):",
             f"  {'phase':44} {'mean s':>8} {'share':>7}  bucket",
@@ -59,16 +58,21 @@ def compute_breakdown(spans: Iterable[object], spec: Spec) -> Breakdown:
 
     ``spans`` are records with ``name``, ``trace_id``, ``span_id``, ``parent_span_id``,
     ``start_time_unix_nano`` and ``end_time_unix_nano`` (as read by :mod:`spanspec.traces.otlp_json`).
+    A step is a span of the registry's ``conventions.step_span``.
+
+    Returns:
+        The :class:`Breakdown`; with no step span, one of zero steps whose ``hint`` says why.
     """
     by_id = {s.span_id: s for s in spans}
     children: dict[str, list[object]] = defaultdict(list)
     for s in by_id.values():
         if s.parent_span_id:
             children[s.parent_span_id].append(s)
-    step_names = spec.spans_of_template("rl.{algorithm}.step")
+    step_span = spec.conventions.step_span
+    step_names = spec.spans_of_template(step_span) if step_span else frozenset()
     steps = [s for s in by_id.values() if s.name in step_names]
     if not steps:
-        return Breakdown(0, 0.0)
+        return Breakdown(0, 0.0, hint=_no_steps(spec))
 
     def seconds(s: object) -> float:
         return max(0, s.end_time_unix_nano - s.start_time_unix_nano) / 1e9
@@ -138,6 +142,20 @@ def compute_breakdown(spans: Iterable[object], spec: Spec) -> Breakdown:
     return Breakdown(n, mean_step, phases, buckets)
 
 
+def _no_steps(spec: Spec) -> str:
+    """Why there are no steps, and what to turn on."""
+    step_span = spec.conventions.step_span
+    if not step_span:
+        return "the registry names no step span (conventions.step_span), so there are no steps"
+    names = sorted(spec.spans_of_template(step_span))
+    group = spec.spans[names[0]].group if names else None
+    if group is None:
+        return f"no {step_span} spans in the trace files"
+    preset = next((p for p in spec.presets if group in spec.resolve(p)), None)
+    how = f", e.g. span_groups={preset}" if preset else ""
+    return f"no {step_span} spans in the trace files (turn on the '{group}' group{how})"
+
+
 def _tree_order(phase_of: list[tuple[int, int, str]]) -> list[int]:
     """Phase ids so that each phase is followed by its own children, siblings first seen first."""
     children: dict[int, list[int]] = defaultdict(list)
@@ -159,17 +177,31 @@ def step_breakdown(
 ) -> Breakdown:
     """Read the file exporter's ``traces.jsonl`` file(s) and return the :class:`Breakdown`.
 
-    With ``run_id``, only the spans of that run count (the ``rl.run_id`` resource attribute of
-    every process of a job): a folder that several runs appended to reports the one asked for.
-    ``str()`` of the result is the table the examples print.
+    With ``run_id``, only the spans of that run count (the registry's
+    ``conventions.run_attribute``, on the resource of every process of a job): a folder that
+    several runs appended to reports the one asked for. ``spec`` defaults to the discovered
+    registry. ``str()`` of the result is the table the examples print.
+
+    Returns:
+        The :class:`Breakdown`.
+
+    Raises:
+        ValueError: for a ``run_id`` where the registry names no run attribute.
+        SpecError: when no ``spec`` is given and the default registry cannot be loaded.
     """
     from spanspec.traces import otlp_json
 
+    spec = spec or _load()
     paths = [trace_files] if isinstance(trace_files, str | os.PathLike) else list(trace_files)
     spans = otlp_json.read_spans(paths)
     if run_id is not None:
-        spans = [s for s in spans if s.resource.get("rl.run_id") == run_id]
-    return compute_breakdown(spans, spec or _load())
+        key = spec.conventions.run_attribute
+        if key is None:
+            raise ValueError(
+                "a run id needs the registry's conventions.run_attribute, which it does not name"
+            )
+        spans = [s for s in spans if s.resource.get(key) == run_id]
+    return compute_breakdown(spans, spec)
 
 
 def _load() -> Spec:

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from spanspec.findings import Finding, SpecError, a_type, did_you_mean
-from spanspec.spec import REDACTED, AttributeDef, Spec
+from spanspec.spec import GROUPS_RESOURCE_ATTRIBUTE, REDACTED, AttributeDef, Spec
 from spanspec.traces.otlp_json import SpanRecord
 
 __all__ = [
@@ -31,7 +31,6 @@ __all__ = [
 ]
 
 # The resource attribute a process may set to the comma list of groups it enabled.
-GROUPS_RESOURCE_ATTRIBUTE = "spanspec.groups"
 # Attributes spanspec itself adds (``spanspec.truncated``); never declared in a registry.
 LIBRARY_ATTRIBUTE_PREFIX = "spanspec."
 # The instrumentation scope of spans started by spanspec.runtime; others are not checked.
@@ -309,7 +308,7 @@ def _coverage(
     enabled: frozenset[str] | None,
 ) -> list[Coverage]:
     """Coverage per group. Template expansions for algorithms the files never show are left out
-    of the declared count (a GRPO run cannot emit ``rl.sft.step``)."""
+    of the declared count (a run of one ``{algorithm}`` cannot emit another's spans)."""
     declared: dict[str, list[str]] = defaultdict(list)
     for name, entry in spec.spans.items():
         if entry.algorithm and algorithms and entry.algorithm not in algorithms:

@@ -7,11 +7,12 @@ images: inline CSS, SVG and a small script) and works opened from disk. It shows
 - the step-time breakdown (phases, mean seconds, share, bucket) and the buckets as a bar, as
   printed at the end of a run (:mod:`spanspec.traces.breakdown`);
 - every step as a bar split by bucket; clicking one, or the step picker, shows that step;
-- the picked step's waterfall with one lane per process (driver, each worker), a span's
+- the picked step's waterfall with one lane per process (the main one, each worker), a span's
   attributes on click;
 - the slowest steps.
 
-All numbers are computed here, in Python, and embedded as JSON; the script only draws them.
+All numbers are computed here, in Python, and embedded as JSON; the script only draws them. What a
+step, a run and a lane are, and what the header shows, are the registry's ``conventions``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import html
 import json
 import os
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,6 @@ from spanspec.spec import Spec
 from spanspec.traces.breakdown import Breakdown, compute_breakdown
 from spanspec.traces.otlp_json import TRACE_FILE, SpanRecord, read_traces, trace_files
 from spanspec.traces.timeline import lane_of, lanes, pack_tracks
-from spanspec.traces.view import ITERATION_ATTRIBUTE
 
 __all__ = ["ReportError", "find_trace_files", "render_report", "report_data", "write_report"]
 
@@ -55,18 +55,14 @@ def find_trace_files(path: str | os.PathLike[str]) -> list[Path]:
     return files
 
 
-def _run_ids(spans: Sequence[SpanRecord]) -> list[str]:
+def _run_ids(spans: Sequence[SpanRecord], key: str | None) -> list[str]:
+    """The runs in the spans (the ``key`` resource attribute), the earliest first."""
     first: dict[str, int] = {}
-    for s in spans:
-        rid = s.resource.get("rl.run_id")
+    for s in spans if key else ():
+        rid = s.resource.get(key)
         if isinstance(rid, str):
             first[rid] = min(first.get(rid, s.start_time_unix_nano), s.start_time_unix_nano)
     return sorted(first, key=first.__getitem__)
-
-
-def _is_step(s: SpanRecord) -> bool:
-    parts = s.name.split(".")
-    return len(parts) == 3 and parts[0] == "rl" and parts[2] == "step"
 
 
 def _breakdown_json(b: Breakdown) -> dict[str, Any]:
@@ -100,25 +96,38 @@ def report_data(
     """Everything the page shows, as JSON-ready data.
 
     With several runs in the spans (a folder appended to by a resumed or repeated run), only
-    ``run_id``'s spans count, by default the latest run's.
+    ``run_id``'s spans count, by default the latest run's. Runs, steps, lanes and the header's
+    resource attributes are the registry's ``conventions`` (``run_attribute``, ``step_span``,
+    ``step_attribute``, ``lane_attributes``, ``report_attributes``).
+
+    Returns:
+        The page's data: ``run_id``, ``runs``, ``header`` (resource attribute -> value),
+        ``lanes``, ``breakdown``, ``steps``, ``slowest``...
 
     Raises:
-        ReportError: when ``run_id`` is not in the spans.
+        ReportError: when ``run_id`` is not in the spans, or the registry names no run attribute.
     """
-    runs = _run_ids(spans)
+    conventions = spec.conventions
+    run_key = conventions.run_attribute
+    runs = _run_ids(spans, run_key)
     if run_id is None and runs:
         run_id = runs[-1]
     if run_id is not None:
+        if run_key is None:
+            raise ReportError(
+                f"run id {run_id!r}: the registry names no run attribute "
+                "(conventions.run_attribute), so runs cannot be told apart"
+            )
         if run_id not in runs:
             raise ReportError(f"run id {run_id!r} is not in the files; runs: {', '.join(runs)}")
-        spans = [s for s in spans if s.resource.get("rl.run_id") == run_id]
+        spans = [s for s in spans if s.resource.get(run_key) == run_id]
     breakdown = compute_breakdown(spans, spec)
 
     children: dict[str, list[SpanRecord]] = defaultdict(list)
     for s in spans:
         if s.parent_span_id:
             children[s.parent_span_id].append(s)
-    all_lanes = lanes(spans)
+    all_lanes = lanes(spans, conventions)
     lane_index = {lane.key: i for i, lane in enumerate(all_lanes)}
 
     def bucket_of(name: str) -> str | None:
@@ -126,7 +135,10 @@ def report_data(
         return spec.groups[entry.group].bucket if entry else None
 
     steps = []
-    for step in sorted(filter(_is_step, spans), key=lambda s: s.start_time_unix_nano):
+    step_span = conventions.step_span
+    step_names = spec.spans_of_template(step_span) if step_span else frozenset()
+    step_spans = [s for s in spans if s.name in step_names]
+    for step in sorted(step_spans, key=lambda s: s.start_time_unix_nano):
         members = [step]
         stack = [step]
         seen = {step.span_id}  # each span once, even where parent links loop
@@ -138,7 +150,7 @@ def report_data(
                     stack.append(child)
         per_lane: dict[int, list[SpanRecord]] = defaultdict(list)
         for s in members:
-            per_lane[lane_index[lane_of(s.resource).key]].append(s)
+            per_lane[lane_index[lane_of(s.resource, conventions).key]].append(s)
         rows = []
         for lane, lane_spans in per_lane.items():
             # One row per (track, depth): nested spans stack downwards, as in a flame graph.
@@ -165,7 +177,8 @@ def report_data(
                 )
         rows.sort(key=lambda r: (r["lane"], r["row"], r["start_ms"]))
         one = compute_breakdown(members, spec)
-        iteration = step.attributes.get(ITERATION_ATTRIBUTE)
+        number = conventions.step_attribute
+        iteration = step.attributes.get(number) if number else None
         steps.append(
             {
                 "name": step.name,
@@ -178,14 +191,17 @@ def report_data(
             }
         )
     slowest = sorted(range(len(steps)), key=lambda i: -steps[i]["dur_ms"])[:SLOWEST]
-    resource = spans[0].resource if spans else {}
+    header: dict[str, Any] = {}
+    for key in conventions.report_attributes:  # the first process that carries it
+        value = next((s.resource[key] for s in spans if s.resource.get(key) is not None), None)
+        if value is not None:
+            header[key] = _value(value)
     return {
         "title": title or f"run {run_id or 'unknown'}",
         "run_id": run_id,
         "runs": runs,
-        "service": resource.get("service.name"),
-        "algorithm": resource.get("rl.algorithm"),
-        "model": resource.get("rl.model"),
+        "service": spans[0].resource.get("service.name") if spans else None,
+        "header": header,
         "span_count": len(spans),
         "lanes": [lane.label for lane in all_lanes],
         "breakdown": _breakdown_json(breakdown),
@@ -209,10 +225,16 @@ def render_report(data: dict[str, Any]) -> str:
 def write_report(
     path: str | os.PathLike[str],
     out: str | os.PathLike[str],
-    spec: Spec | None = None,
+    spec: Spec | Callable[[Sequence[SpanRecord]], Spec] | None = None,
     run_id: str | None = None,
 ) -> dict[str, Any]:
     """Read the traces PATH names, write the HTML report to ``out``; return the report's data.
+
+    ``spec`` is the registry, or a function that chooses it from the spans read (the CLI looks
+    for the registry the run recorded), by default the discovered registry.
+
+    Returns:
+        The data the page shows (see :func:`report_data`), plus ``files``.
 
     Raises:
         ReportError: for a missing path, no trace file, unreadable lines, an unknown run id, or
@@ -225,6 +247,8 @@ def write_report(
         raise ReportError(str(bad[0]))
     if not read.spans:
         raise ReportError(f"{files[0]}: the file holds no spans")
+    if callable(spec):
+        spec = spec(read.spans)
     data = report_data(read.spans, spec or _load(), run_id=run_id)
     data["files"] = [str(f) for f in files]
     Path(out).parent.mkdir(parents=True, exist_ok=True)

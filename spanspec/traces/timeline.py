@@ -1,8 +1,9 @@
 """Spans laid out in time: one lane per process, nested tracks, and the Chrome trace-event format.
 
-A *lane* is one process of a job: its ``rl.worker.group`` and ``rl.worker.rank`` resource
-attributes (``driver``, ``policy 0``, ``generation 1``), else its ``service.name`` and
-``process.pid``. Inside a lane, spans are packed onto *tracks* so that the spans of one track
+A *lane* is one process of a job, named by the resource attributes the registry's
+``conventions.lane_attributes`` lists (a worker group and a rank give ``policy 0``,
+``generation 1``; the ``main_lane`` process is named by its first value alone and drawn first),
+else by its ``service.name`` and ``process.pid``. Inside a lane, spans are packed onto *tracks* so that the spans of one track
 nest properly (each starts and ends inside the one it sits on, or after it) — what a flame-graph
 row and a Chrome trace "thread" both need; overlapping siblings (asyncio, threads) get a track of
 their own.
@@ -20,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from spanspec.spec import Conventions
 from spanspec.traces.otlp_json import SpanRecord
 
 __all__ = ["Lane", "lane_of", "lanes", "pack_tracks", "to_chrome_trace"]
@@ -34,25 +36,34 @@ class Lane:
     order: tuple[int, str]
 
 
-def lane_of(resource: Mapping[str, Any]) -> Lane:
-    """Return the lane of a span from its resource attributes."""
-    group = resource.get("rl.worker.group")
-    if isinstance(group, str) and group:
-        rank = resource.get("rl.worker.rank", 0)
-        label = "driver" if group == "driver" else f"{group} {rank}"
-        key: tuple[Any, ...] = (group, rank, resource.get("process.pid"))
-        return Lane(key, label, (0 if group == "driver" else 1, label))
+def lane_of(resource: Mapping[str, Any], conventions: Conventions | None = None) -> Lane:
+    """Return the lane of a span from its resource attributes.
+
+    With the registry's ``conventions.lane_attributes`` on the resource (the first one at least),
+    the lane is named by their values (``policy 0``), the ``main_lane`` one by its first value
+    alone, and ordered main lane first, then by name; a process without them by its
+    ``service.name`` and ``process.pid``, after the others.
+    """
+    keys = conventions.lane_attributes if conventions is not None else ()
+    first = resource.get(keys[0]) if keys else None
+    if first is not None and first != "":
+        values = [resource.get(k) for k in keys]
+        main = conventions is not None and first == conventions.main_lane
+        label = str(first) if main else " ".join(str(v) for v in values if v is not None)
+        key: tuple[Any, ...] = (*values, resource.get("process.pid"))
+        return Lane(key, label, (0 if main else 1, label))
     service = str(resource.get("service.name", "unknown_service"))
     pid = resource.get("process.pid")
     label = f"{service} pid {pid}" if pid is not None else service
     return Lane((service, pid), label, (2, label))
 
 
-def lanes(spans: Iterable[SpanRecord]) -> list[Lane]:
-    """The distinct lanes of ``spans``: the driver first, then workers by group and rank."""
+def lanes(spans: Iterable[SpanRecord], conventions: Conventions | None = None) -> list[Lane]:
+    """The distinct lanes of ``spans`` (see :func:`lane_of`): the main lane first, then the
+    others by name."""
     found = {}
     for s in spans:
-        lane = lane_of(s.resource)
+        lane = lane_of(s.resource, conventions)
         found.setdefault(lane.key, lane)
     return sorted(found.values(), key=lambda lane: lane.order)
 
@@ -91,8 +102,11 @@ def _json_value(value: Any) -> Any:
     return str(value)
 
 
-def to_chrome_trace(spans: Sequence[SpanRecord]) -> dict[str, Any]:
-    """Return the Chrome trace-event JSON object (``{"traceEvents": [...], ...}``) of ``spans``.
+def to_chrome_trace(
+    spans: Sequence[SpanRecord], conventions: Conventions | None = None
+) -> dict[str, Any]:
+    """Return the Chrome trace-event JSON object (``{"traceEvents": [...], ...}``) of ``spans``,
+    one process per lane (see :func:`lane_of`).
 
     Each span is one complete event: ``name``, ``cat`` (its instrumentation scope), ``ph: "X"``,
     ``ts`` and ``dur`` (microseconds since the earliest span), ``pid`` (the lane, from 1),
@@ -104,9 +118,9 @@ def to_chrome_trace(spans: Sequence[SpanRecord]) -> dict[str, Any]:
     origin = min(s.start_time_unix_nano for s in spans)
     by_lane: dict[tuple[Any, ...], list[SpanRecord]] = {}
     for s in spans:
-        by_lane.setdefault(lane_of(s.resource).key, []).append(s)
+        by_lane.setdefault(lane_of(s.resource, conventions).key, []).append(s)
     events: list[dict[str, Any]] = []
-    for pid, lane in enumerate(lanes(spans), start=1):
+    for pid, lane in enumerate(lanes(spans, conventions), start=1):
         members = by_lane[lane.key]
         tracks = pack_tracks(members)
         events.append(

@@ -1,26 +1,24 @@
 """A text waterfall of one trace: each span indented by depth, a bar on the trace's time axis.
 
-    rl.grpo.step                         [██████████████████████████████]  812.4 ms
-      rl.grpo.generation                 [███████████                   ]  301.0 ms
-        rl.worker.generate               [ ██████████                   ]  290.2 ms
+    pipeline.batch                       [██████████████████████████████]  812.4 ms
+      pipeline.load                      [███████████                   ]  301.0 ms
+      pipeline.transform                 [           ██████████         ]  290.2 ms
 
 Spans whose parent is not in the file are drawn as roots. ``spanspec view`` picks the first trace
-whose root is an ``rl.<algorithm>.step``-like span (``*.step``) unless told a trace id or a step.
+whose root is a step span (the registry's ``conventions.step_span``) unless told a trace id or a
+step (``conventions.step_attribute``).
 """
 
 from __future__ import annotations
 
-import fnmatch
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from spanspec.spec import Conventions
 from spanspec.traces.otlp_json import SpanRecord
 
-__all__ = ["STEP_PATTERN", "TraceSummary", "render_waterfall", "select_trace", "traces"]
-
-STEP_PATTERN = "rl.*.step"
-ITERATION_ATTRIBUTE = "rl.iteration"
+__all__ = ["TraceSummary", "render_waterfall", "select_trace", "traces"]
 
 
 @dataclass(frozen=True)
@@ -63,15 +61,25 @@ def traces(spans: Iterable[SpanRecord]) -> list[TraceSummary]:
 
 
 def select_trace(
-    summaries: Sequence[TraceSummary], trace_id: str | None = None, step: int | None = None
+    summaries: Sequence[TraceSummary],
+    trace_id: str | None = None,
+    step: int | None = None,
+    conventions: Conventions | None = None,
 ) -> TraceSummary:
-    """Pick a trace: by id (a unique prefix is enough), by the step's ``rl.iteration`` (the
-    subtree of that step span when it is not the trace's root), or the first whose root matches
-    :data:`STEP_PATTERN` (else the first trace).
+    """Pick a trace: by id (a unique prefix is enough), by the step number (the subtree of that
+    step span when it is not the trace's root), or the first whose root is a step span (else
+    the first trace). What a step span is and which attribute numbers it are the registry's
+    ``conventions`` (``step_span``, ``step_attribute``).
+
+    Returns:
+        The chosen trace.
 
     Raises:
-        LookupError: with a one-line reason (and the available choices) when nothing matches.
+        LookupError: with a one-line reason (and the available choices) when nothing matches,
+            or when a step is asked for and the conventions name no step span or attribute.
     """
+    conventions = conventions or Conventions()
+    is_step = conventions.is_step_span
     if not summaries:
         raise LookupError("the files hold no spans")
     if trace_id is not None:
@@ -83,28 +91,37 @@ def select_trace(
         more = f" and {len(summaries) - 5} more" if len(summaries) > 5 else ""
         why = "matches several traces" if found else "matches no trace"
         raise LookupError(f"trace id {trace_id!r} {why}; traces: {listed}{more}")
-    steps = [
-        t for t in summaries if any(fnmatch.fnmatchcase(n, STEP_PATTERN) for n in t.root_names)
-    ]
+    steps = [t for t in summaries if any(is_step(n) for n in t.root_names)]
     if step is not None:
+        number = conventions.step_attribute
+        if conventions.step_span is None or number is None:
+            raise LookupError(
+                "the registry names no step span and step attribute (conventions.step_span, "
+                "conventions.step_attribute): pick a trace with --trace ID"
+            )
         # A step is usually a root (per_step); under a job span (all, default) it is drawn as
         # the subtree below that step span.
         found_steps = [
             (t, s)
             for t in summaries
             for s in t.spans
-            if fnmatch.fnmatchcase(s.name, STEP_PATTERN)
-            and isinstance(s.attributes.get(ITERATION_ATTRIBUTE), int)
+            if is_step(s.name) and isinstance(s.attributes.get(number), int)
         ]
         for t, s in found_steps:
-            if s.attributes[ITERATION_ATTRIBUTE] == step:
+            if s.attributes[number] == step:
                 return t if s in t.roots and len(t.roots) == 1 else _subtree(t, s)
-        seen = sorted({s.attributes[ITERATION_ATTRIBUTE] for _, s in found_steps})
+        seen = sorted({s.attributes[number] for _, s in found_steps})
         listed = ", ".join(map(str, seen[:20])) or "none"
-        raise LookupError(
-            f"no step span with {ITERATION_ATTRIBUTE}={step}; steps in the files: {listed}"
-        )
+        raise LookupError(f"no step span with {number}={step}; steps in the files: {listed}")
     return steps[0] if steps else summaries[0]
+
+
+def _root_label(root: SpanRecord, conventions: Conventions | None) -> str:
+    """A root's name, with its step number when it is a step span."""
+    if conventions is None or not conventions.is_step_span(root.name):
+        return root.name
+    number = root.attributes.get(conventions.step_attribute or "")
+    return root.name if number is None else f"{root.name} ({conventions.step_attribute}={number})"
 
 
 def _subtree(trace: TraceSummary, root: SpanRecord) -> TraceSummary:
@@ -133,12 +150,18 @@ def _subtree(trace: TraceSummary, root: SpanRecord) -> TraceSummary:
 
 
 def render_waterfall(
-    trace: TraceSummary, width: int = 40, bar: str = "█", name_width: int | None = None
+    trace: TraceSummary,
+    width: int = 40,
+    bar: str = "█",
+    name_width: int | None = None,
+    conventions: Conventions | None = None,
 ) -> str:
     """Return the trace as text: a header line, then one line per span in start order by depth.
 
     ``width`` is the bar's length in characters for the whole trace; ``bar`` the fill character
-    (use ``#`` where the output cannot take Unicode). Error spans end with ``ERROR``.
+    (use ``#`` where the output cannot take Unicode). Error spans end with ``ERROR``. With the
+    registry's ``conventions``, a root that is a step span is named with its number in the
+    header (``pipeline.batch (pipeline.batch.index=3)``).
     """
     children: dict[str, list[SpanRecord]] = defaultdict(list)
     for s in trace.spans:
@@ -162,7 +185,7 @@ def render_waterfall(
     total = max(1, trace.end - trace.start)
     label_width = name_width or max(len("  " * d + s.name) for d, s in rows)
     header = (
-        f"trace {trace.trace_id}  {', '.join(trace.root_names)}  "
+        f"trace {trace.trace_id}  {', '.join(_root_label(r, conventions) for r in trace.roots)}  "
         f"{total / 1e6:.1f} ms, {len(trace.spans)} spans"
     )
     lines = [header]

@@ -151,7 +151,7 @@ def test_shutdown_telemetry_keeps_the_configured_bound_against_a_black_hole(clea
             clean_env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", hole.endpoint)
             block = {"span_groups": "all", "logs_enabled": True, "shutdown_timeout_s": 1}
             telemetry.init_telemetry_driver(
-                {"logger": {"log_dir": str(tmp_path)}, "telemetry": block}, "grpo"
+                telemetry.TelemetryConfig(**block), telemetry.RunIdentity("grpo", run_dir=tmp_path)
             )
             assert_microseconds(produce(1_000))
             telemetry.record_metrics({"loss": 0.5}, prefix="train")

@@ -150,7 +150,18 @@ def test_the_installed_wheel_finds_its_registry_and_trains(tmp_path, wheel, with
     venv = str(tmp_path / "venv")
     assert spanspec_file.startswith(venv) and nemo_file.startswith(venv)  # the wheel, not ROOT
     assert registry.startswith(venv) and Path(registry).is_file()
+    # nemo_rl's registry lives with nemo_rl, found through its entry point; spanspec ships none.
+    assert Path(registry).parts[-3:] == ("nemo_rl", "telemetry", "span_groups.yaml")
+    assert not (Path(spanspec_file).parent / "data").exists()
     assert has_sdk is with_sdk
+    found = _run(
+        python,
+        "-c",
+        "import sys, spanspec.registry as r; r.default_registry_path(); "
+        "print(sorted(m for m in ('nemo_rl', 'torch', 'ray') if m in sys.modules))",
+        cwd=away,
+    )
+    assert found.returncode == 0 and found.stdout.strip() == "[]", found.stdout + found.stderr
 
     check = subprocess.run(
         [str(spanspec_cli), "check"], cwd=away, env=_clean_env(), capture_output=True, text=True
@@ -190,6 +201,16 @@ def test_the_installed_wheel_finds_its_registry_and_trains(tmp_path, wheel, with
             for s in ss["spans"]
         }
         assert {"rl.grpo.step", "rl.worker.generate"} <= names
+        # The readers find the registry (its conventions: the step span and its number).
+        view = subprocess.run(
+            [str(spanspec_cli), "view", str(traces), "--step", "1", "--width", "10"],
+            cwd=away,
+            env=_clean_env(),
+            capture_output=True,
+            text=True,
+        )
+        assert view.returncode == 0, view.stdout + view.stderr
+        assert view.stdout.splitlines()[1].startswith("rl.grpo.step ")
     else:
         # each process that would export says so once: the driver and the exporting workers
         warnings = [line for line in run.stderr.splitlines() if hint in line]

@@ -37,20 +37,20 @@ CHILD = textwrap.dedent(
     """
     import json, logging, sys, urllib.request
     import spanspec
-    from nemo_rl.telemetry import init_telemetry_driver, shutdown_telemetry
+    from nemo_rl.telemetry import (
+        RunIdentity, TelemetryConfig, init_telemetry_driver, shutdown_telemetry
+    )
 
     S = json.loads(sys.argv[2])
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
-    config = {
-        "logger": {"log_dir": sys.argv[1]},
-        "telemetry": {
-            "exporter": "file,console,prometheus",
-            "prometheus_port": int(sys.argv[3]),
-            "span_groups": "all",
-            "logs_enabled": True,
-        },
-    }
-    handle = init_telemetry_driver(config, "grpo")  # logs the settings table (user_id: env)
+    block = TelemetryConfig(
+        exporter="file,console,prometheus",
+        prometheus_port=int(sys.argv[3]),
+        span_groups="all",
+        logs_enabled=True,
+    )
+    # Logs the settings table (user_id: env).
+    handle = init_telemetry_driver(block, RunIdentity("grpo", run_dir=sys.argv[1]))
     handle.meter_provider.get_meter("user.code").create_counter("user.count").add(1)
     (url,) = [p.destination for p in handle.pipelines if p.exporter == "prometheus"]
     with urllib.request.urlopen(url) as page:

@@ -21,7 +21,12 @@ import spanspec
 from nemo_rl.data import CharTokenizer, left_pad
 from nemo_rl.models.causal_lm import ModelConfig, build_causal_lm, token_logprobs
 from nemo_rl.models.generation.interface import GenerationConfig
-from nemo_rl.telemetry import init_telemetry_driver, shutdown_telemetry
+from nemo_rl.telemetry import (
+    RunIdentity,
+    TelemetryConfig,
+    init_telemetry_driver,
+    shutdown_telemetry,
+)
 
 TEMPERATURE = 0.8
 PROMPTS = ["42+7=", "3+5=", "10+9=", "71+2="]
@@ -43,16 +48,8 @@ def main(out_dir: Path) -> None:
     other = build_causal_lm(cfg, tok.vocab_size, seed=7).eval()
     policy.save_pretrained(out_dir / "hf")
     handle = init_telemetry_driver(
-        {
-            "logger": {"log_dir": str(out_dir)},
-            "policy": {"model_name": "tiny-llama"},
-            "telemetry": {
-                "exporter": "file",
-                "span_groups": "all",
-                "vllm_native_tracing": True,
-            },
-        },
-        "grpo",
+        TelemetryConfig(exporter="file", span_groups="all", vllm_native_tracing=True),
+        RunIdentity("grpo", "tiny-llama", str(out_dir)),
     )
     start = time.perf_counter()
     gen = VllmGeneration(

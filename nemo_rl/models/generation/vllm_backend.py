@@ -37,6 +37,7 @@ from nemo_rl.models.generation.interface import (
     num_bytes,
 )
 from nemo_rl.telemetry import get_telemetry, record_token_usage
+from nemo_rl.telemetry.config import VLLM_NATIVE_TRACING
 from spanspec import export, propagate
 from spanspec.export import TelemetryCost
 from spanspec.settings import SettingsError
@@ -76,7 +77,11 @@ def native_tracing_args(vllm: Any = None) -> dict[str, Any]:
     resource attributes reach it through ``OTEL_RESOURCE_ATTRIBUTES``, which the driver wrote.
     """
     handle = get_telemetry()
-    if handle is None or not handle.is_exporting or not handle.settings.vllm_native_tracing:
+    if (
+        handle is None
+        or not handle.is_exporting
+        or not handle.settings.extra.get(VLLM_NATIVE_TRACING.name)
+    ):
         return {}
     if not (
         os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")

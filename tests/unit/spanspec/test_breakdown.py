@@ -67,4 +67,6 @@ def test_a_folder_several_runs_appended_to_reports_one_run(tmp_path):
 
 def test_no_step_spans_says_which_group_to_turn_on(tmp_path):
     path = write_traces(tmp_path, grpo_steps(1), groups="default")
-    assert "telemetry.span_groups=per_step" in str(step_breakdown(path))
+    text = str(step_breakdown(path))
+    assert "no rl.{algorithm}.step spans" in text
+    assert "turn on the 'step' group, e.g. span_groups=per_step" in text

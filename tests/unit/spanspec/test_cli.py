@@ -223,3 +223,45 @@ def test_a_config_too_broken_to_classify_says_both_kinds(tmp_path):
         and line.endswith("(or, for a run config, a mapping with a 'telemetry:' block)")
         for line in lines
     ), lines
+
+
+def test_a_run_config_may_hold_the_programs_own_settings(tmp_path):
+    # nemo_rl adds vllm_native_tracing (its spanspec.settings entry point, loaded only for a key
+    # spanspec does not know); checked with its parser, and a near miss still gets a hint.
+    config = tmp_path / "run.yaml"
+    config.write_text("telemetry:\n  vllm_native_tracing: true\n  span_groups: per_step\n")
+    done = run("check", "schemas/span_groups.yaml", str(config))
+    assert done.returncode == 0, done.stdout
+    config.write_text("telemetry:\n  vllm_native_tracing: maybe\n  vllm_native_tracin: true\n")
+    done = run("check", "schemas/span_groups.yaml", str(config))
+    assert done.returncode == 1
+    assert "telemetry.vllm_native_tracing='maybe': expected a boolean" in done.stdout
+    assert (
+        "telemetry.vllm_native_tracin: unknown setting (did you mean 'vllm_native_tracing'?)"
+        in (done.stdout)
+    )
+    # A registry no installed program advertises: the key is not a setting there.
+    other = tmp_path / "other.yaml"
+    other.write_text("version: 1\ngroups:\n  g: {description: x}\n")
+    config.write_text("telemetry:\n  vllm_native_tracing: true\n")
+    done = run("check", str(other), str(config))
+    assert done.returncode == 1 and "telemetry.vllm_native_tracing: unknown setting" in done.stdout
+
+
+def test_view_takes_the_registry_whose_conventions_it_reads(tmp_path):
+    path = write_traces(tmp_path, grpo_steps(2), groups="per_step", spec=spanspec.load())
+    done = run("view", str(path), "--step", "1", "--registry", "schemas/span_groups.yaml")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0].split("  ")[1] == "rl.grpo.step (rl.iteration=1)"
+    # A registry without conventions: no step to pick by number, said in one line.
+    plain = tmp_path / "plain.yaml"
+    plain.write_text("version: 1\ngroups:\n  g: {description: x}\n")
+    done = run("view", str(path), "--step", "1", "--registry", str(plain))
+    assert done.returncode == 1 and "names no step span" in done.stderr
+    done = run("view", str(path), "--run-id", "x", "--registry", str(plain))
+    assert done.returncode == 2 and "names no run attribute (conventions.run_attribute)" in (
+        done.stderr
+    )
+    done = run("view", str(path), "--registry", str(tmp_path / "missing.yaml"))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "missing.yaml:0:0: violation: file.unreadable: cannot read file" in done.stderr

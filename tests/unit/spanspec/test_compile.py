@@ -152,3 +152,176 @@ def test_attribute_types(type_, good, bad):
 def test_allowed_values_bound_an_attribute():
     decl = AttributeDef("k", "string", "brief", allowed=frozenset({"grpo", "ppo"}))
     assert decl.accepts("ppo") and not decl.accepts("sft")
+
+
+CONVENTIONS_SPANS = """
+spans:
+  - name: rl.{algorithm}.step
+    algorithms: [ppo, grpo]
+    group: step
+    brief: One step.
+    attributes: {rl.iteration: required}
+  - name: rl.job
+    group: job
+    brief: The run.
+"""
+
+
+def test_conventions_compile_into_the_spec(tmp_path):
+    spec = load(
+        tmp_path,
+        textwrap.dedent(
+            """
+        conventions:
+          env_prefix: MYAPP_OTEL_
+          env_fallback_prefixes: [OLDAPP_]
+          service_name: myapp
+          step_span: rl.{algorithm}.step
+          step_attribute: rl.iteration
+          run_attribute: rl.algorithm
+          lane_attributes: [rl.algorithm, rl.iteration]
+          main_lane: grpo
+          report_attributes: [rl.tags]
+        """
+        )
+        + CONVENTIONS_SPANS,
+    )
+    c = spec.conventions
+    assert (c.env_prefix, c.env_fallback_prefixes, c.service_name) == (
+        "MYAPP_OTEL_",
+        ("OLDAPP_",),
+        "myapp",
+    )
+    assert c.env_prefixes == ("MYAPP_OTEL_", "OLDAPP_")
+    assert c.groups_variable == "MYAPP_OTEL_SPAN_GROUPS"
+    assert (c.step_span, c.step_attribute, c.run_attribute) == (
+        "rl.{algorithm}.step",
+        "rl.iteration",
+        "rl.algorithm",
+    )
+    assert c.lane_attributes == ("rl.algorithm", "rl.iteration") and c.main_lane == "grpo"
+    assert c.report_attributes == ("rl.tags",)
+    # A step is any expansion of the template, also of an algorithm the registry does not list.
+    assert c.is_step_span("rl.grpo.step") and c.is_step_span("rl.dpo.step")
+    assert not c.is_step_span("rl.step") and not c.is_step_span("rl.grpo.x.step")
+
+
+def test_without_conventions_the_defaults_are_neutral(tmp_path):
+    c = load(tmp_path, CONVENTIONS_SPANS).conventions
+    assert c == spanspec.spec.Conventions()
+    assert (c.env_prefix, c.env_prefixes, c.groups_variable, c.step_span) == (None, (), None, None)
+    assert not c.is_step_span("rl.grpo.step")
+
+
+def test_the_shipped_registry_names_nemo_rls_conventions():
+    c = spanspec.load().conventions
+    assert c.env_prefixes == ("NEMO_RL_OTEL_", "NEMO_LENS_")
+    assert c.groups_variable == "NEMO_RL_OTEL_SPAN_GROUPS"
+    assert (c.step_span, c.step_attribute, c.run_attribute) == (
+        "rl.{algorithm}.step",
+        "rl.iteration",
+        "rl.run_id",
+    )
+
+
+@pytest.mark.parametrize(
+    ("block", "where", "id_", "message"),
+    [
+        (
+            "step_span: rl.{algorithm}.stpe",
+            (11, 14),
+            "conventions.unknown_span",
+            "conventions.step_span: span 'rl.{algorithm}.stpe' is not declared "
+            "(did you mean 'rl.{algorithm}.step'?)",
+        ),
+        (
+            "step_span: rl.job\n  step_attribute: rl.iteratoin",
+            (12, 19),
+            "conventions.unknown_attribute",
+            "conventions.step_attribute: attribute 'rl.iteratoin' is not declared under "
+            "'attributes' (did you mean 'rl.iteration'?)",
+        ),
+        (
+            "step_span: rl.{algorithm}.step\n  step_attribute: rl.algorithm",
+            (12, 19),
+            "conventions.step_attribute_type",
+            "conventions.step_attribute: 'rl.algorithm' is a string; steps are numbered by an "
+            "int attribute",
+        ),
+        (
+            "step_span: rl.job\n  step_attribute: rl.iteration",
+            (12, 19),
+            "conventions.step_attribute_not_on_step",
+            "'rl.iteration' is not an attribute of the step span 'rl.job'",
+        ),
+        (
+            "step_attribute: rl.iteration",
+            (11, 19),
+            "conventions.attribute_without_step",
+            "conventions.step_attribute: needs a step_span",
+        ),
+        (
+            "run_attribute: rl.run",
+            (11, 18),
+            "conventions.unknown_attribute",
+            "conventions.run_attribute: attribute 'rl.run' is not declared",
+        ),
+        (
+            "lane_attributes: [rl.algorithm, rl.algorithm]",
+            (11, 35),
+            "conventions.duplicate",
+            "conventions.lane_attributes: 'rl.algorithm' is listed twice",
+        ),
+        (
+            "lane_attributes: [rl.algorithm]\n  main_lane: grop",
+            (12, 14),
+            "conventions.main_lane_value",
+            "'grop' is not an allowed value of 'rl.algorithm' (did you mean 'grpo'?)",
+        ),
+        (
+            "main_lane: driver",
+            (11, 14),
+            "conventions.main_lane_without_lanes",
+            "conventions.main_lane: needs lane_attributes",
+        ),
+        (
+            "env_prefix: APP_\n  env_fallback_prefixes: [APP_OLD_]",
+            (12, 27),
+            "conventions.prefix_overlap",
+            "'APP_OLD_' overlaps 'APP_'",
+        ),
+        (
+            "env_prefix: OTEL_",
+            (11, 15),
+            "conventions.otel_prefix",
+            "'OTEL_' is the OpenTelemetry SDK's own prefix",
+        ),
+        (
+            "env_fallback_prefixes: [OLD_]",
+            (11, 26),
+            "conventions.fallback_without_prefix",
+            "needs an env_prefix to fall back from",
+        ),
+        (
+            "env_prefix: my-app",
+            (11, 15),
+            "schema.string_pattern_mismatch",
+            "conventions.env_prefix: expected an environment-variable prefix such as "
+            "'MYAPP_OTEL_' (upper-case A-Z, 0-9 and _, starting with a letter, ending with _), "
+            "got 'my-app' (did you mean 'MY_APP_'?)",
+        ),
+        (
+            "stepspan: rl.job",
+            (11, 3),
+            "schema.unknown_key",
+            "conventions.stepspan: unknown key (did you mean 'step_span'?)",
+        ),
+    ],
+)
+def test_each_conventions_mistake_is_a_placed_finding(tmp_path, block, where, id_, message):
+    # BASE takes lines 1-9, so the block's first line is line 11.
+    found = problems(tmp_path, f"conventions:\n  {block}\n" + CONVENTIONS_SPANS)
+    hits = [f for f in found if f.id == id_]
+    assert hits, found
+    assert (hits[0].line, hits[0].col) == where, hits[0]
+    assert message in hits[0].message

@@ -83,7 +83,9 @@ def to_proto_json(node):
 
 
 def test_file_exporter_writes_otlp_json_a_collector_can_replay(clean_env, spec, tmp_path):
-    settings = load_settings({"file_dir": str(tmp_path), "logs_enabled": True}, env={})
+    settings = load_settings(
+        {"file_dir": str(tmp_path), "logs_enabled": True}, env={}, conventions=spec.conventions
+    )
     handle = start(settings, spec, resource={"rl.run_id": "r1"})
     with spanspec.span("rl.grpo.step", **{"rl.iteration": 4}):
         with spanspec.span("rl.grpo.rollout", **{"rl.iteration": 4}):

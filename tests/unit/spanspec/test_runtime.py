@@ -338,6 +338,26 @@ def test_env_var_overrides_groups_and_bad_expression_changes_nothing(spec, monke
     }
 
 
+def test_the_override_variable_is_the_registrys(spec, monkeypatch):
+    import dataclasses
+
+    from spanspec.spec import Conventions
+
+    provider = TracerProvider()
+    assert spec.conventions.groups_variable == "NEMO_RL_OTEL_SPAN_GROUPS"
+    monkeypatch.setenv("NEMO_RL_OTEL_SPAN_GROUPS", "rollout")
+    monkeypatch.setenv("SHOP_OTEL_SPAN_GROUPS", "checkpoint")
+    shop = dataclasses.replace(spec, conventions=Conventions(env_prefix="SHOP_OTEL_"))
+    assert spanspec.activate(shop, groups="all", tracer_provider=provider) == {"checkpoint"}
+    # A registry with no prefix has no override variable; env_var=None switches it off.
+    plain = dataclasses.replace(spec, conventions=Conventions())
+    assert spanspec.activate(plain, groups="evaluate", tracer_provider=provider) == {"evaluate"}
+    assert spanspec.activate(spec, groups="evaluate", tracer_provider=provider, env_var=None) == {
+        "evaluate"
+    }
+    assert not hasattr(runtime, "DEFAULT_ENV_VAR")
+
+
 def test_deactivate_returns_every_site_to_noop(spec):
     with capture(spec, groups="all"):
         assert spanspec.span(ROLLOUT) is not runtime.NOOP

@@ -7,11 +7,14 @@ import json
 import pytest
 
 import spanspec
+from spanspec.spec import Conventions
 from spanspec.traces.otlp_json import SpanRecord, read_spans
 from spanspec.traces.report import ReportError, find_trace_files, report_data, write_report
 from spanspec.traces.timeline import lanes, pack_tracks, to_chrome_trace
 from tests.unit.spanspec.fixtures.traces import grpo_steps, split_worker_spans, write_traces
 
+# The lanes nemo_rl's registry declares (conventions.lane_attributes, main_lane).
+RL = Conventions(lane_attributes=("rl.worker.group", "rl.worker.rank"), main_lane="driver")
 DRIVER = {"service.name": "nemo-rl", "rl.worker.group": "driver", "process.pid": 10}
 WORKER = {"service.name": "nemo-rl", "rl.worker.group": "policy", "rl.worker.rank": 1}
 
@@ -59,7 +62,13 @@ def test_lanes_put_the_driver_first_then_workers_by_group_and_rank():
         record("d", "1"),
         record("x", "3", resource={"service.name": "other", "process.pid": 7}),
     ]
-    assert [lane.label for lane in lanes(spans)] == ["driver", "policy 1", "other pid 7"]
+    assert [lane.label for lane in lanes(spans, RL)] == ["driver", "policy 1", "other pid 7"]
+    # Without lane attributes every process is its service and pid.
+    assert [lane.label for lane in lanes(spans)] == [
+        "nemo-rl",
+        "nemo-rl pid 10",
+        "other pid 7",
+    ]
 
 
 def test_chrome_trace_has_the_documented_fields():
@@ -68,7 +77,7 @@ def test_chrome_trace_has_the_documented_fields():
         record("rl.grpo.generation", "2", parent="1", start=10, end=60),
         record("rl.worker.generate", "3", parent="2", start=12, end=58, resource=WORKER),
     ]
-    trace = json.loads(json.dumps(to_chrome_trace(spans)))  # JSON-serialisable as is
+    trace = json.loads(json.dumps(to_chrome_trace(spans, RL)))  # JSON-serialisable as is
     assert trace["displayTimeUnit"] == "ms"
     events = trace["traceEvents"]
     complete = [e for e in events if e["ph"] == "X"]

@@ -5,9 +5,13 @@ from __future__ import annotations
 import pytest
 
 import spanspec
+from spanspec.spec import Conventions
 from spanspec.traces.otlp_json import SpanRecord, read_spans
 from spanspec.traces.view import render_waterfall, select_trace, traces
 from tests.unit.spanspec.fixtures.traces import grpo_steps, write_traces
+
+# What nemo_rl's registry declares a step to be (read by view from the registry's conventions).
+RL = Conventions(step_span="rl.{algorithm}.step", step_attribute="rl.iteration")
 
 
 def record(name, span_id, parent=None, start=0, end=10, trace="a" * 32, **attributes):
@@ -77,13 +81,17 @@ def test_select_by_default_step_and_trace_id():
         record("rl.grpo.step", "3", trace="2" * 32, start=30, end=40, **{"rl.iteration": 1}),
     ]
     summaries = traces(spans)
-    assert select_trace(summaries).trace_id == "1" * 32  # the first step, not the job
-    assert select_trace(summaries, step=1).trace_id == "2" * 32
+    assert select_trace(summaries, conventions=RL).trace_id == "1" * 32  # the first step
+    assert select_trace(summaries, step=1, conventions=RL).trace_id == "2" * 32
     assert select_trace(summaries, trace_id="0000").trace_id == "0" * 32
     with pytest.raises(
         LookupError, match=r"no step span with rl.iteration=5; steps in the files: 0, 1"
     ):
-        select_trace(summaries, step=5)
+        select_trace(summaries, step=5, conventions=RL)
+    # Without conventions (a registry naming no step): the first trace; no steps to pick.
+    assert select_trace(summaries).trace_id == "0" * 32
+    with pytest.raises(LookupError, match=r"names no step span .* pick a trace with --trace ID"):
+        select_trace(summaries, step=1)
     with pytest.raises(LookupError, match="matches no trace"):
         select_trace(summaries, trace_id="f")
     with pytest.raises(LookupError, match="no spans"):
@@ -96,7 +104,8 @@ def test_a_real_trace_file(tmp_path):
     path = write_traces(tmp_path, grpo_steps(2), groups="per_step", spec=spanspec.load())
     summaries = traces(read_spans(path))
     assert len(summaries) == 2
-    text = render_waterfall(select_trace(summaries, step=1))
+    conventions = spanspec.load().conventions
+    text = render_waterfall(select_trace(summaries, step=1, conventions=conventions))
     lines = text.splitlines()
     assert lines[1].startswith("rl.grpo.step ")
     assert [line.split("[")[0].strip() for line in lines[1:]] == [
@@ -119,7 +128,9 @@ def test_a_step_below_a_job_span_is_drawn_as_its_subtree():
         record("rl.grpo.rollout", "3", parent="2", start=100, end=150),
         record("rl.grpo.step", "4", parent="1", start=300, end=400, **{"rl.iteration": 1}),
     ]
-    chosen = select_trace(traces(spans), step=0)
+    chosen = select_trace(traces(spans), step=0, conventions=RL)
     assert chosen.root_names == ("rl.grpo.step",)
     assert [s.name for s in chosen.spans] == ["rl.grpo.step", "rl.grpo.rollout"]
     assert render_waterfall(chosen).splitlines()[0].endswith("rl.grpo.step  100.0 ms, 2 spans")
+    header = render_waterfall(chosen, conventions=RL).splitlines()[0]
+    assert header.endswith("rl.grpo.step (rl.iteration=0)  100.0 ms, 2 spans")

@@ -121,9 +121,12 @@ def test_when_off_nothing_is_watched(registry, caplog):
 
 def test_the_watchdog_setting_switches_it(tmp_path, monkeypatch):
     assert load_settings(env={}).watchdog is True
-    assert load_settings(env={"NEMO_RL_OTEL_WATCHDOG": "false"}).watchdog is False
+    rl = {"prefix": "NEMO_RL_OTEL_"}
+    assert load_settings(env={"NEMO_RL_OTEL_WATCHDOG": "false"}, **rl).watchdog is False
     for value, expected in (("true", True), ("false", False)):
-        settings = load_settings({"file_dir": str(tmp_path)}, env={"NEMO_RL_OTEL_WATCHDOG": value})
+        settings = load_settings(
+            {"file_dir": str(tmp_path)}, env={"NEMO_RL_OTEL_WATCHDOG": value}, **rl
+        )
         handle = export.setup(settings, register_atexit=False)
         assert watchdog.is_enabled() is expected
         handle.shutdown(5)

@@ -208,14 +208,10 @@ def test_vllm_native_tracing_follows_the_telemetry_settings(
     monkeypatch.chdir(tmp_path)
     try:
         telemetry.init_telemetry_driver(
-            {
-                "telemetry": {
-                    "exporter": "file",
-                    "span_groups": "all",
-                    "vllm_native_tracing": native,
-                }
-            },
-            "grpo",
+            telemetry.TelemetryConfig(
+                exporter="file", span_groups="all", vllm_native_tracing=native
+            ),
+            telemetry.RunIdentity("grpo"),
         )
         gen = VllmGeneration("/tmp/hf", "tiny", GenerationConfig(), TOK, seed=0)
         with spanspec.span("rl.grpo.generation", **{"rl.iteration": 0}):

@@ -37,10 +37,23 @@ def test_bad_values_are_rejected(key, value, message):
         TelemetryConfig.model_validate({key: value})
 
 
-def test_the_block_has_exactly_the_settings_of_spanspec():
+def test_the_block_has_exactly_the_settings_of_spanspec_and_nemo_rl():
+    from nemo_rl.telemetry.config import RL_FIELDS
     from spanspec.settings import FIELDS
 
-    assert list(TelemetryConfig.model_fields) == [f.name for f in FIELDS]
+    declared = (*FIELDS, *RL_FIELDS)  # spanspec's, then nemo_rl's own (vllm_native_tracing)
+    assert list(TelemetryConfig.model_fields) == [f.name for f in declared]
     defaults = TelemetryConfig().model_dump()
     # file_dir defaults to the run folder's telemetry/, chosen when the run starts.
-    assert defaults == {f.name: f.default for f in FIELDS} | {"file_dir": None}
+    assert defaults == {f.name: f.default for f in declared} | {"file_dir": None}
+
+
+def test_settings_read_under_the_registrys_prefixes(monkeypatch):
+    from nemo_rl.telemetry.config import read_settings
+
+    env = {"NEMO_RL_OTEL_VLLM_NATIVE_TRACING": "true", "NEMO_LENS_SPAN_GROUPS": "all"}
+    settings = read_settings({"exporter": "console"}, env=env)
+    assert settings.extra == {"vllm_native_tracing": True}
+    assert settings.sources["vllm_native_tracing"] == "env NEMO_RL_OTEL_VLLM_NATIVE_TRACING"
+    assert (settings.span_groups, settings.service_name) == ("all", "nemo-rl")
+    assert settings.to_env()["NEMO_RL_OTEL_VLLM_NATIVE_TRACING"] == "true"

@@ -9,18 +9,22 @@ import re
 from pathlib import Path
 
 import pytest
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 import spanspec
 from nemo_rl import telemetry
-from nemo_rl.telemetry import TelemetryConfig
+from nemo_rl.telemetry import RunIdentity, TelemetryConfig
 from spanspec import propagate
 from spanspec.runtime import NOOP
 from spanspec.settings import SettingsError
 
 
-def config(**block) -> dict:
-    return {"policy": {"model_name": "tiny-gpt"}, "telemetry": block}
+def config(**block) -> TelemetryConfig:
+    return TelemetryConfig(**block)
+
+
+def who(algorithm: str = "grpo", run_dir: Path | None = None) -> RunIdentity:
+    return RunIdentity(algorithm, "tiny-gpt", str(run_dir) if run_dir else None, max_steps=3)
 
 
 def spans_in(folder: Path) -> list[tuple[dict, dict]]:
@@ -35,7 +39,9 @@ def spans_in(folder: Path) -> list[tuple[dict, dict]]:
 
 
 def test_driver_writes_settings_to_env_and_exports(tmp_path):
-    handle = telemetry.init_telemetry_driver(config(span_groups="per_step", run_id="job1"), "grpo")
+    handle = telemetry.init_telemetry_driver(
+        config(span_groups="per_step", run_id="job1"), who("grpo")
+    )
     assert handle.is_exporting and telemetry.get_telemetry() is handle
     assert os.environ["NEMO_RL_OTEL_SPAN_GROUPS"] == "per_step"
     assert os.environ["NEMO_RL_OTEL_RUN_ID"] == "job1"
@@ -62,20 +68,17 @@ def test_driver_writes_settings_to_env_and_exports(tmp_path):
 def test_the_project_names_the_run_for_backends(clean_env, tmp_path):
     # Default: the run folder's name; on the resource as Phoenix's project and service.namespace,
     # for the driver's spans and (through the env) the workers'.
-    run = {
-        **config(run_id="job2", span_groups="per_step"),
-        "logger": {"log_dir": str(tmp_path / "my_run")},
-    }
-    settings, _ = telemetry.resolve_settings(run)
+    run = config(run_id="job2", span_groups="per_step")
+    settings = telemetry.resolve_settings(run, who(run_dir=tmp_path / "my_run"))
     assert (settings.project, settings.sources["project"]) == (
         "my_run",
         "default (the run folder's name)",
     )
-    assert telemetry.resolve_settings(config(project="sweep-7"))[0].project == "sweep-7"
+    assert telemetry.resolve_settings(config(project="sweep-7")).project == "sweep-7"
     clean_env.setenv("NEMO_RL_OTEL_PROJECT", "from-env")
-    assert telemetry.resolve_settings(config(project="sweep-7"))[0].project == "from-env"
+    assert telemetry.resolve_settings(config(project="sweep-7")).project == "from-env"
     clean_env.delenv("NEMO_RL_OTEL_PROJECT")
-    telemetry.init_telemetry_driver(run, "grpo")
+    telemetry.init_telemetry_driver(run, who(run_dir=tmp_path / "my_run"))
     assert "openinference.project.name=my_run" in os.environ["OTEL_RESOURCE_ATTRIBUTES"]
     assert os.environ["NEMO_RL_OTEL_PROJECT"] == "my_run"
     with spanspec.span("rl.grpo.step", **{"rl.iteration": 0}):
@@ -89,7 +92,7 @@ def test_raw_env_beats_yaml_and_is_not_overwritten(clean_env):
     clean_env.setenv("NEMO_RL_OTEL_SPAN_GROUPS", "all")
     clean_env.setenv("NEMO_LENS_EXPORT_STRATEGY", "all_ranks")
     clean_env.setenv("OTEL_RESOURCE_ATTRIBUTES", "rl.model=from-env,team=rl")
-    handle = telemetry.init_telemetry_driver(config(span_groups="per_step"), "ppo")
+    handle = telemetry.init_telemetry_driver(config(span_groups="per_step"), who("ppo"))
     assert handle.settings.span_groups == "all"
     assert handle.settings.sources["span_groups"] == "env NEMO_RL_OTEL_SPAN_GROUPS"
     assert handle.settings.export_strategy == "all_ranks"
@@ -102,7 +105,7 @@ def test_raw_env_beats_yaml_and_is_not_overwritten(clean_env):
 
 
 def test_run_id_is_explicit_else_slurm_else_random(clean_env):
-    handle = telemetry.init_telemetry_driver(config(), "sft")
+    handle = telemetry.init_telemetry_driver(config(), who("sft"))
     assert re.fullmatch(r"[0-9a-f]{12}", handle.settings.run_id)
     assert handle.settings.sources["run_id"] == "generated"
     telemetry.shutdown_telemetry()
@@ -110,7 +113,7 @@ def test_run_id_is_explicit_else_slurm_else_random(clean_env):
     for key in [k for k in os.environ if k.startswith(("NEMO_RL_OTEL_", "OTEL_RESOURCE"))]:
         clean_env.delenv(key)
     clean_env.setenv("SLURM_JOB_ID", "4242")
-    handle = telemetry.init_telemetry_driver(config(), "sft")
+    handle = telemetry.init_telemetry_driver(config(), who("sft"))
     assert handle.settings.run_id == "4242"
     assert handle.settings.sources["run_id"] == "env SLURM_JOB_ID"
     assert handle.resource.attributes["slurm.job.id"] == "4242"
@@ -118,14 +121,14 @@ def test_run_id_is_explicit_else_slurm_else_random(clean_env):
 
     for key in [k for k in os.environ if k.startswith(("NEMO_RL_OTEL_", "OTEL_RESOURCE"))]:
         clean_env.delenv(key)
-    handle = telemetry.init_telemetry_driver(config(run_id="mine"), "sft")
+    handle = telemetry.init_telemetry_driver(config(run_id="mine"), who("sft"))
     assert handle.settings.run_id == "mine"
 
 
 def test_driver_init_is_idempotent_and_logs_the_settings(caplog):
     caplog.set_level(logging.INFO, logger="nemo_rl.telemetry")
-    first = telemetry.init_telemetry_driver(config(), "grpo")
-    assert telemetry.init_telemetry_driver(config(span_groups="all"), "grpo") is first
+    first = telemetry.init_telemetry_driver(config(), who("grpo"))
+    assert telemetry.init_telemetry_driver(config(span_groups="all"), who("grpo")) is first
     (record,) = [r for r in caplog.records if "telemetry:" in r.getMessage()]
     assert "span_groups" in record.getMessage() and "default" in record.getMessage()
 
@@ -134,7 +137,7 @@ def test_a_nemo_lens_variable_we_do_not_read_is_named_once(clean_env, caplog):
     clean_env.setenv("NEMO_LENS_SAMPLER_ENABLED", "1")
     clean_env.setenv("NEMO_LENS_SPAN_GROUPS", "all")  # one we read: not named
     caplog.set_level(logging.WARNING, logger="nemo_rl.telemetry")
-    telemetry.init_telemetry_driver(config(), "grpo")
+    telemetry.init_telemetry_driver(config(), who("grpo"))
     (record,) = [r for r in caplog.records if "ignored" in r.getMessage()]
     assert record.getMessage().startswith("telemetry: NEMO_LENS_SAMPLER_ENABLED: not a setting")
 
@@ -164,39 +167,40 @@ def test_configuration_errors_are_raised_on_the_driver_at_init(clean_env, env, b
         clean_env.setenv(key, value)
     before = dict(os.environ)
     with pytest.raises(error, match=match):
-        telemetry.init_telemetry_driver(config(**block), "grpo")
+        telemetry.init_telemetry_driver(config(**block), who("grpo"))
     assert telemetry.get_telemetry() is None
     assert dict(os.environ) == before  # nothing half-applied for the workers to inherit
 
 
-def test_config_objects_are_accepted():
-    class RunConfig(BaseModel):
-        telemetry: TelemetryConfig = TelemetryConfig()
-
-    cfg = RunConfig(telemetry=TelemetryConfig(span_groups="all", run_id="obj"))
-    handle = telemetry.init_telemetry_driver(cfg, "dpo")
-    assert handle.settings.span_groups == "all" and handle.settings.run_id == "obj"
-    assert handle.settings.sources["service_name"] == "default"  # not set in YAML: no claim
-
-
-def test_omegaconf_configs_are_accepted():
-    from omegaconf import OmegaConf
-
-    cfg = OmegaConf.create({"logger": {"log_dir": "logs/exp"}, "telemetry": {"run_id": "oc"}})
-    handle = telemetry.init_telemetry_driver(cfg, "rm")
+def test_one_identity_gives_the_resource_and_the_job_span(clean_env):
+    identity = RunIdentity("rm", "tiny-rm", "logs/exp", max_steps=7)
+    handle = telemetry.init_telemetry_driver(config(run_id="oc", user_id="alice"), identity)
     assert handle.settings.file_dir == str(Path("logs/exp/telemetry").resolve())
+    assert handle.settings.project == "exp"
+    resource = handle.resource.attributes
+    job = identity.job_attributes(handle.settings)
+    for key in ("rl.algorithm", "rl.model", "rl.run_id"):
+        assert resource[key] == job[key]
+    assert job == {
+        "rl.algorithm": "rm",
+        "rl.max_steps": 7,
+        "rl.model": "tiny-rm",
+        "rl.run_id": "oc",
+        "enduser.id": "alice",  # the registry redacts it as the span is made
+    }
+    assert "enduser.id" not in resource
 
 
 def test_sdk_disabled_switches_everything_off_and_tells_workers(clean_env):
     clean_env.setenv("OTEL_SDK_DISABLED", "true")
-    handle = telemetry.init_telemetry_driver(config(), "grpo")
+    handle = telemetry.init_telemetry_driver(config(), who("grpo"))
     assert not handle.is_exporting and not spanspec.runtime.is_active()
     assert os.environ["NEMO_RL_OTEL_ENABLED"] == "false"
     assert spanspec.span("rl.grpo.step", **{"rl.iteration": 0}) is NOOP
 
 
 def test_non_exporting_worker_creates_no_spans_but_keeps_the_trace_context():
-    telemetry.init_telemetry_driver(config(export_strategy="single_rank"), "grpo")
+    telemetry.init_telemetry_driver(config(export_strategy="single_rank"), who("grpo"))
     telemetry.shutdown_telemetry()  # the env it wrote stays, as a Ray worker would inherit it
     handle = telemetry.init_telemetry_worker(rank=1, world_size=2, worker_group="policy")
     assert not handle.is_exporting and "single_rank" in handle.reason
@@ -208,7 +212,7 @@ def test_non_exporting_worker_creates_no_spans_but_keeps_the_trace_context():
 
 
 def test_exporting_worker_joins_the_driver_trace():
-    telemetry.init_telemetry_driver(config(span_groups="all", run_id="w"), "grpo")
+    telemetry.init_telemetry_driver(config(span_groups="all", run_id="w"), who("grpo"))
     folder = Path(os.environ["NEMO_RL_OTEL_FILE_DIR"])
     with spanspec.span("rl.grpo.policy_update", **{"rl.iteration": 0}):
         carrier = propagate.inject()
@@ -241,7 +245,7 @@ def test_a_malformed_worker_env_turns_telemetry_off_without_raising(clean_env, c
 
 
 def test_record_metrics_and_token_usage_reach_the_files():
-    telemetry.init_telemetry_driver(config(run_id="m"), "grpo")
+    telemetry.init_telemetry_driver(config(run_id="m"), who("grpo"))
     folder = Path(os.environ["NEMO_RL_OTEL_FILE_DIR"])
     assert telemetry.record_metrics({"loss": 0.5, "lr": 1e-4, "note": "text"}, prefix="train") == 2
     telemetry.record_token_usage(10, 20, system="torch")

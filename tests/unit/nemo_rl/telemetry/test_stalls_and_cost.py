@@ -12,6 +12,7 @@ import spanspec
 from nemo_rl import telemetry
 from spanspec.export import TelemetryCost
 
+GRPO = telemetry.RunIdentity("grpo")
 REGISTRY = Path(__file__).resolve().parents[4] / "schemas" / "span_groups.yaml"
 
 
@@ -47,8 +48,8 @@ def stall_points(folder: Path) -> list[dict]:
 
 def test_a_stalled_phase_is_counted_in_rl_stalls(tmp_path, caplog):
     caplog.set_level(logging.WARNING, logger="spanspec.watchdog")
-    config = {"telemetry": {"run_id": "stall1", "span_groups": "all"}}
-    telemetry.init_telemetry_driver(config, "grpo", spec=bounded_spec(tmp_path))
+    config = telemetry.TelemetryConfig(run_id="stall1", span_groups="all")
+    telemetry.init_telemetry_driver(config, GRPO, spec=bounded_spec(tmp_path))
     folder = Path(os.environ["NEMO_RL_OTEL_FILE_DIR"])
     with spanspec.span("rl.grpo.step", **{"rl.iteration": 0}):
         with spanspec.span("rl.grpo.generation", **{"rl.iteration": 0, "rl.batch_size": 8}):
@@ -75,8 +76,8 @@ def test_a_stalled_phase_is_counted_in_rl_stalls(tmp_path, caplog):
 
 
 def test_the_cost_matches_the_exported_files(tmp_path):
-    config = {"telemetry": {"run_id": "cost1", "span_groups": "all"}}
-    telemetry.init_telemetry_driver(config, "grpo")
+    config = telemetry.TelemetryConfig(run_id="cost1", span_groups="all")
+    telemetry.init_telemetry_driver(config, GRPO)
     folder = Path(os.environ["NEMO_RL_OTEL_FILE_DIR"])
     for i in range(40):
         with spanspec.span("rl.grpo.step", **{"rl.iteration": i}):
@@ -105,8 +106,8 @@ def test_dropped_spans_in_the_cost_are_what_the_pipeline_counted(tmp_path, monke
     monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "64")
     monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "32")
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "60000")
-    config = {"telemetry": {"run_id": "cost2", "span_groups": "all", "metrics_enabled": False}}
-    telemetry.init_telemetry_driver(config, "grpo")
+    config = telemetry.TelemetryConfig(run_id="cost2", span_groups="all", metrics_enabled=False)
+    telemetry.init_telemetry_driver(config, GRPO)
     folder = Path(os.environ["NEMO_RL_OTEL_FILE_DIR"])
     for i in range(2_000):
         with spanspec.span("rl.worker.train_microbatch", **{"rl.micro_batch": i}):
