@@ -1,12 +1,13 @@
 """What the local observability stack holds, per run: `observability_stack.sh status [RUN_ID]`.
 
     <stack venv>/bin/python scripts/stack_status.py --phoenix URL --prometheus URL \
-        --rotel-log PATH [RUN_ID]
+        --rotel-log PATH --bridge-log PATH [RUN_ID]
 
 Without a run id: the runs Prometheus knows (their id, project and processes). With one: the
 spans Phoenix holds for the run's project (found from the run's ``target_info`` in Prometheus,
 or given with ``--project``), the series and the last step Prometheus holds, and every batch
-rotel refused or dropped, so a loss one hop away shows without reading logs. Runs in the stack's
+rotel or the metrics bridge refused or dropped, so a loss one hop away shows without reading
+logs. Runs in the stack's
 venv (Phoenix's client); Prometheus is read through its HTTP API. Exit code 0, or 2 when a part
 cannot be reached.
 """
@@ -27,7 +28,8 @@ from pathlib import Path
 RUN_LABEL = "rl_run_id"  # the run attribute (rl.run_id) as the runs label their series
 STEP_COUNT = "rl_step_duration_seconds_count"  # one count per step, per process that steps
 LOOKBACK_S = 7 * 24 * 3600
-# rotel writes a line like `WARN ... Exporting failed, dropping data. error=Http(405)`.
+# rotel writes a line like `WARN ... Exporting failed, dropping data. error=Http(405)`; the bridge
+# `metrics-bridge: ERROR: Prometheus ...: HTTP 400: out of order sample`.
 _ROTEL_TROUBLE = re.compile(r"(ERROR|WARN)|dropping|refused|failed", re.IGNORECASE)
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -109,19 +111,25 @@ def phoenix_lines(phoenix: str, project: str | None) -> list[str]:
     ]
 
 
-def rotel_lines(log: Path) -> list[str]:
-    """Every batch rotel refused or dropped since it started (its log), or that there is none."""
+def log_lines(name: str, log: Path) -> list[str]:
+    """Every batch ``name`` (rotel, the bridge) refused or dropped since it started (its log), or
+    that there is none."""
     try:
         text = _ANSI.sub("", log.read_text(errors="replace"))
     except OSError as exc:
-        return [f"rotel       cannot read {log}: {exc.strerror}"]
+        return [f"{name:<11} cannot read {log}: {exc.strerror}"]
     trouble = [line.strip() for line in text.splitlines() if _ROTEL_TROUBLE.search(line)]
     if not trouble:
-        return ["rotel       no refused or dropped batch since it started"]
+        return [f"{name:<11} no refused or dropped batch since it started"]
     return [
-        f"rotel       {len(trouble)} refused or dropped batches since it started (log {log}); "
+        f"{name:<11} {len(trouble)} refused or dropped batches since it started (log {log}); "
         f"last: {trouble[-1][:300]}"
     ]
+
+
+def hop_lines(rotel_log: Path, bridge_log: Path) -> list[str]:
+    """What the two hops between a run and the backends refused or dropped."""
+    return log_lines("rotel", rotel_log) + log_lines("bridge", bridge_log)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -130,19 +138,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--phoenix", required=True)
     parser.add_argument("--prometheus", required=True)
     parser.add_argument("--rotel-log", type=Path, required=True)
+    parser.add_argument("--bridge-log", type=Path, required=True)
     parser.add_argument("--project", help="the run's Phoenix project, when Prometheus lacks it")
     args = parser.parse_args(argv)
     try:
         if args.run_id is None:
             print("runs in Prometheus (status RUN_ID for one):")
             print("\n".join(runs(args.prometheus)))
-            print("\n".join(rotel_lines(args.rotel_log)))
+            print("\n".join(hop_lines(args.rotel_log, args.bridge_log)))
             return 0
         lines, project = prometheus_lines(args.prometheus, args.run_id)
         print(f"run {args.run_id}:")
         print("\n".join(phoenix_lines(args.phoenix, args.project or project)))
         print("\n".join(lines))
-        print("\n".join(rotel_lines(args.rotel_log)))
+        print("\n".join(hop_lines(args.rotel_log, args.bridge_log)))
     except (urllib.error.URLError, OSError) as exc:
         print(f"stack: error: cannot read the stack: {exc}", file=sys.stderr)
         return 2

@@ -55,6 +55,7 @@ __all__ = [
     "RemoteWriteError",
     "RemoteWriteExporter",
     "encode_write_request",
+    "push",
     "start",
     "with_labels",
 ]
@@ -172,6 +173,11 @@ def start(
 class RemoteWriteError(Exception):
     """A push Prometheus did not take: the message says what it answered, and the fix."""
 
+    def __init__(self, message: str, refused: bool = False) -> None:
+        super().__init__(message)
+        self.refused = refused
+        """True when Prometheus answered and said no (an HTTP error), False when unreachable."""
+
 
 class _Translator(PrometheusMetricReader):
     """Used only for its translation of ``MetricsData`` into ``prometheus_client`` families:
@@ -225,6 +231,42 @@ def encode_write_request(
     return bytes(out)
 
 
+def push(url: str, write_request: bytes, timeout_s: float, compress: Any = None) -> None:
+    """POST the (uncompressed) remote-write ``write_request`` to ``url``, snappy-compressed with
+    ``compress`` (default: cramjam's raw snappy).
+
+    Raises:
+        RemoteWriteError: Prometheus unreachable (``.refused`` False), or it answered an HTTP
+            error (``.refused`` True: sending the same again will not help).
+    """
+    if compress is None:
+        import cramjam
+
+        compress = cramjam.snappy.compress_raw
+    request = urllib.request.Request(
+        url,
+        data=bytes(compress(write_request)),
+        method="POST",
+        headers={
+            "Content-Type": "application/x-protobuf",
+            "Content-Encoding": "snappy",
+            "X-Prometheus-Remote-Write-Version": "0.1.0",
+            "User-Agent": "spanspec",
+        },
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            response.read()
+    except urllib.error.HTTPError as exc:
+        detail = exc.read(300).decode(errors="replace").strip()
+        hint = (
+            "; start Prometheus with --web.enable-remote-write-receiver" if exc.code == 404 else ""
+        )
+        raise RemoteWriteError(f"HTTP {exc.code}: {detail}{hint}", refused=True) from None
+    except (OSError, ValueError) as exc:
+        raise RemoteWriteError(f"{getattr(exc, 'reason', exc)}") from None
+
+
 class RemoteWriteExporter(MetricExporter):
     """Pushes every export to a Prometheus remote-write URL (snappy-compressed protobuf, remote
     write 1.0), each sample stamped with the time of the export and carrying the resource
@@ -261,44 +303,26 @@ class RemoteWriteExporter(MetricExporter):
         Raises:
             RemoteWriteError: Prometheus unreachable, or it refused the push.
         """
-        families = self._translator.families(with_labels(metrics_data, self._labels))
-        series = [
-            ({**sample.labels, "__name__": sample.name}, float(sample.value))
-            for family in families
-            for sample in family.samples
-        ]
+        series = self.series(metrics_data)
         if not series:
             return MetricExportResult.SUCCESS
         # Samples of a series must move forward in time: two exports within one millisecond
         # (a flush right before shutdown) would otherwise be refused as out of order.
         stamp = max(int(time.time() * 1000), self._last_ms + 1)
         self._last_ms = stamp
-        request = urllib.request.Request(
-            self.url,
-            data=bytes(self._compress(encode_write_request(series, stamp))),
-            method="POST",
-            headers={
-                "Content-Type": "application/x-protobuf",
-                "Content-Encoding": "snappy",
-                "X-Prometheus-Remote-Write-Version": "0.1.0",
-                "User-Agent": "spanspec",
-            },
-        )
         timeout = max(0.1, min(_PUSH_TIMEOUT_S, timeout_millis / 1000))
-        try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:
-                response.read()
-        except urllib.error.HTTPError as exc:
-            detail = exc.read(300).decode(errors="replace").strip()
-            hint = (
-                "; start Prometheus with --web.enable-remote-write-receiver"
-                if exc.code == 404
-                else ""
-            )
-            raise RemoteWriteError(f"HTTP {exc.code}: {detail}{hint}") from None
-        except (OSError, ValueError) as exc:
-            raise RemoteWriteError(f"{getattr(exc, 'reason', exc)}") from None
+        push(self.url, encode_write_request(series, stamp), timeout, self._compress)
         return MetricExportResult.SUCCESS
+
+    def series(self, metrics_data: MetricsData) -> list[tuple[dict[str, str], float]]:
+        """Return ``metrics_data`` as Prometheus series, ``(labels with __name__, value)``: named
+        as the pull exporter names them, with the label attributes. Not thread-safe."""
+        families = self._translator.families(with_labels(metrics_data, self._labels))
+        return [
+            ({**sample.labels, "__name__": sample.name}, float(sample.value))
+            for family in families
+            for sample in family.samples
+        ]
 
     def force_flush(self, timeout_millis: float = 10_000) -> bool:
         return True  # every export is sent as it is made

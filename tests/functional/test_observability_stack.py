@@ -1,13 +1,13 @@
-"""scripts/observability_stack.sh as a user runs it: `up` starts Phoenix, Prometheus and rotel on
-127.0.0.1; GRPO runs with the settings `up` prints (3 steps, 1 step, one stopped by SIGTERM) and
-one with `exporter: otlp` alone; Phoenix holds every span of each run (read back with Phoenix's own
-client: the same span count and ids as the run's traces.jsonl, the run's project, a step found by
-its iteration); Prometheus holds each run's last loss and reward (equal to the last step the
-run's metrics.jsonl logged) and a step count equal to the steps run, selected by the run's id;
-rotel refused nothing and dropped nothing, and the `otlp` run was told at once that its metrics
-are not taken there; `status RUN_ID` says what the stack holds of a run; `restart phoenix` in the
-middle of a run sent through rotel loses nothing, and keeps the earlier runs' traces; `down`
-stops everything it started.
+"""scripts/observability_stack.sh as a user runs it: `up` starts Phoenix, Prometheus, the metrics
+bridge and rotel on 127.0.0.1; GRPO runs with the settings `up` prints (3 steps, 1 step, one
+stopped by SIGTERM) and one with `exporter: otlp` alone (metrics through rotel and the bridge);
+Phoenix holds every span of each run (read back with Phoenix's own client: the same span count
+and ids as the run's traces.jsonl, the run's project, a step found by its iteration); Prometheus
+holds each run's last loss and reward (equal to the last step the run's metrics.jsonl logged)
+and a step count equal to the steps run, selected by the run's id, whichever way the metrics
+came; rotel and the bridge refused nothing and dropped nothing; `status RUN_ID` says what the
+stack holds of a run; `restart phoenix` in the middle of a run sent through rotel loses nothing,
+and keeps the earlier runs' traces; `down` stops everything it started.
 
 Needs the stack's venv (``bash scripts/observability_stack.sh install``, which scripts/test.sh
 runs as root) and Debian's prometheus; skipped without them.
@@ -60,6 +60,7 @@ def stack(tmp_path_factory):
         "ROTEL_GRPC_PORT": free_port(),
         "ROTEL_HTTP_PORT": free_port(),
         "PROMETHEUS_PORT": free_port(),
+        "BRIDGE_PORT": free_port(),
     }
     env = {
         **run_env(),
@@ -79,7 +80,7 @@ def stack(tmp_path_factory):
             [*script, "down"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
         )
         assert down.returncode == 0, down.stderr
-        for name in ("phoenix", "prometheus", "rotel"):
+        for name in ("phoenix", "prometheus", "bridge", "rotel"):
             assert not (folder / f"{name}.pid").exists()
 
 
@@ -156,11 +157,21 @@ def _rows(path: Path, key: str) -> list[dict]:
     return [r for r in rows if key in r]
 
 
-def _last_value(port: int, query: str) -> list[dict]:
-    """The last sample of every series ``query`` selects, over the last 15 minutes."""
-    return [
-        {**r["metric"], "value": float(r["values"][-1][1])} for r in prometheus_series(port, query)
-    ]
+def _last_value(port: int, query: str, want: float | None = None) -> list[dict]:
+    """The last sample of every series ``query`` selects, over the last 15 minutes; with
+    ``want``, asked again for up to 30 s until one series' last value is ``want`` (what goes
+    through rotel and the bridge arrives a batch later)."""
+    deadline = time.monotonic() + 30
+    while True:
+        found = [
+            {**r["metric"], "value": float(r["values"][-1][1])}
+            for r in prometheus_series(port, query)
+        ]
+        if want is None or time.monotonic() > deadline:
+            return found
+        if any(f["value"] == pytest.approx(want, rel=1e-9) for f in found):
+            return found
+        time.sleep(0.5)
 
 
 def test_up_prints_the_settings_to_use(stack):
@@ -194,10 +205,13 @@ def test_every_run_arrives_in_phoenix_whole_under_its_project(stack, runs):
         assert step is not None and step["attributes"]["rl.iteration"] == 0, run_id
 
 
-@pytest.mark.parametrize("run_id", ["stack-test-run", "stack-one-step", "stack-sigterm"])
+@pytest.mark.parametrize(
+    "run_id", ["stack-test-run", "stack-one-step", "stack-sigterm", "stack-otlp-only"]
+)
 def test_prometheus_holds_the_last_step_of_each_run(stack, runs, run_id):
-    """Pushed, the final export included: the last loss and reward Prometheus holds for the run
-    are the last the run logged, and its step count is the steps run, whatever other runs sent."""
+    """Pushed by the run or, sent by OTLP, by the bridge, the final export included: the last
+    loss and reward Prometheus holds for the run are the last the run logged, and its step count
+    is the steps run, whatever other runs sent."""
     ports, *_ = stack
     log_dir, out, steps = runs[run_id]
     if run_id != "stack-sigterm":  # a run stopped by SIGTERM prints no cost line
@@ -206,25 +220,28 @@ def test_prometheus_holds_the_last_step_of_each_run(stack, runs, run_id):
     assert len(rows) == steps
     selector = f'{{rl_run_id="{run_id}"}}'
     for name, key in (("rl_policy_loss", "train/loss"), ("rl_reward_mean", "train/reward_mean")):
-        found = _last_value(ports["PROMETHEUS_PORT"], name + selector)
+        found = _last_value(ports["PROMETHEUS_PORT"], name + selector, want=rows[-1][key])
         assert len(found) == 1, found  # one series: the driver's
         assert found[0]["rl_worker_group"] == "driver" and found[0]["rl_worker_rank"] == "0"
         assert found[0]["value"] == pytest.approx(rows[-1][key], rel=1e-9), name
-    counts = _last_value(ports["PROMETHEUS_PORT"], "rl_step_duration_seconds_count" + selector)
+    counts = _last_value(
+        ports["PROMETHEUS_PORT"], "rl_step_duration_seconds_count" + selector, want=steps
+    )
     assert [c["value"] for c in counts] == [steps]
 
 
-def test_the_otlp_run_is_told_rotel_takes_no_metrics_and_loses_nothing(runs):
+def test_the_otlp_run_delivers_every_span_and_metric_to_rotel(runs):
     _, out, _ = runs["stack-otlp-only"]
-    assert "does not take metrics" in out and "prometheus_remote_write_url" in out, out[-3000:]
-    assert "spans (0 exported, 0 dropped)" not in out
+    assert "does not take" not in out, out[-3000:]
     assert re.search(r"spans \(\d+ exported, 0 dropped\)", out), out[-3000:]
+    assert re.search(r"[1-9]\d* metric points \(0 dropped\)", out), out[-3000:]
 
 
-def test_rotel_refused_and_dropped_nothing(stack, runs):
+def test_rotel_and_the_bridge_refused_and_dropped_nothing(stack, runs):
     _, _, _, folder = stack
-    log = (folder / "rotel.log").read_text()
-    assert not re.search(r"ERROR|WARN|dropping|refused|failed", log), log[-3000:]
+    for name in ("rotel", "bridge"):
+        log = (folder / f"{name}.log").read_text()
+        assert not re.search(r"ERROR|WARN|dropping|refused|failed", log), (name, log[-3000:])
 
 
 def test_status_says_what_the_stack_holds_of_a_run(stack, runs):
@@ -249,6 +266,7 @@ def test_status_says_what_the_stack_holds_of_a_run(stack, runs):
     assert f"steps: {steps} (rl_step_duration_seconds_count)" in out
     assert "rl_policy_loss" in out and "driver/0" in out
     assert "rotel       no refused or dropped batch since it started" in out
+    assert "bridge      no refused or dropped batch since it started" in out
     listing = subprocess.run(
         ["bash", "scripts/observability_stack.sh", "status"],
         cwd=ROOT,
