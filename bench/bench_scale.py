@@ -9,20 +9,22 @@ What runs:
 - A Ray cluster of ``--nodes`` raylets on this machine (``ray.cluster_utils.Cluster``), each
   declaring its share of the GPUs, so placement, node ids and per-node resources are Ray's own,
   as on a real cluster (the GPUs are a logical resource: nothing here touches a device).
-- ``--workers`` actors (``num_cpus=0, num_gpus=1``), one per simulated GPU, that sleep through a
-  GRPO step shaped like a real one (generation about half of it) and emit the registry's worker
+- ``--workers`` ranks of one ``WorkerGroup`` (the class every role of a run uses: one placement
+  group, a bundle of ``num_cpus=0, num_gpus=1`` per rank, each rank told its rank, local rank and
+  node), one per simulated GPU, that sleep through a GRPO step shaped like a real one (generation about half of it) and emit the registry's worker
   spans: ``rl.worker.generate``, ``rl.worker.logprob`` (policy and reference),
   ``rl.worker.train_microbatch`` x ``--micro-batches``, ``rl.worker.optimizer_step`` and
   ``rl.worker.update_weights``. Weight sync is a tree, as a broadcast is: the driver asks the first
   worker of each node, which passes the same trace context on to the other workers of its node.
-- The driver (this process) runs ``rl.grpo.step`` and its phases, and asks the workers with
-  :func:`nemo_rl.distributed.call`; the actors take it with ``@carries_trace``.
+- The driver (this process) runs ``rl.grpo.step`` and its phases, and asks the ranks through the
+  group (``run_all``, and ``call``/``gather`` for the weight-sync tree), as a loop does; the
+  actors take the trace context with ``@carries_trace``.
 - rotel (the collector) receives OTLP/gRPC from every exporting process and forwards it to an
   OTLP receiver in a child process, which keeps the spans for the table.
 
 For each export strategy x group preset, telemetry starts afresh on the driver
-(``init_telemetry_driver``) and on every worker (``init_worker``, with ``LOCAL_RANK`` set the way
-a launcher sets it), runs ``--steps`` steps, and stops (``close_worker`` /
+(``init_telemetry_driver``) and on every rank (``init_worker`` with the rank's ``RankInfo``, as a
+group's rank starts), runs ``--steps`` steps, and stops (``close_worker`` /
 ``shutdown_telemetry``). The worker processes are reused across cases (starting 64 of them takes
 minutes on 2 cores); their telemetry is not.
 
@@ -63,12 +65,13 @@ from ray.cluster_utils import Cluster  # noqa: E402
 
 import spanspec  # noqa: E402
 from nemo_rl.distributed import (  # noqa: E402
+    RankInfo,
+    WorkerGroup,
     call,
     carries_trace,
     close_worker,
     init_ray,
     init_worker,
-    spawn_actor,
     telemetry_env_vars,
 )
 from nemo_rl.distributed.ray_cluster import telemetry_env_prefixes  # noqa: E402
@@ -126,25 +129,23 @@ def _import_sdk() -> None:
 class SimWorker:
     """One simulated GPU rank: sleeps through each phase inside the registry's worker span."""
 
-    def __init__(self, rank: int, world_size: int, step_s: float, micro_batches: int) -> None:
+    def __init__(self, step_s: float, micro_batches: int, info: RankInfo) -> None:
+        self.info = info
+        rank, world_size = info.rank, info.world_size
         self.rank, self.world_size = rank, world_size
         self.step_s, self.micro_batches = step_s, micro_batches
         self._rss0 = self._cpu0 = 0.0
         _import_sdk()
 
-    def node_id(self) -> str:
-        """Returns the Ray node this actor runs on."""
-        return ray.get_runtime_context().get_node_id()
-
-    def begin(self, env: dict[str, str], local_rank: int) -> bool:
+    @carries_trace
+    def begin(self, env: dict[str, str]) -> bool:
         """Starts this rank's telemetry from ``env`` (the driver's); returns whether it exports."""
         prefixes = telemetry_env_prefixes()
         for key in [k for k in os.environ if k.startswith(prefixes)]:
             del os.environ[key]
         os.environ.update(env)
-        os.environ["LOCAL_RANK"] = str(local_rank)  # what torchrun / SLURM / a launcher sets
         self._rss0 = _rss_mib()
-        init_worker(self.rank, self.world_size, "policy")
+        init_worker(self.info)  # its rank, world size, local rank and node, as the group told it
         self._cpu0 = time.process_time()  # the steps and the flush, not the set-up
         handle = get_telemetry()
         return bool(handle and handle.is_exporting)
@@ -203,6 +204,7 @@ class SimWorker:
             if peers:
                 ray.get([call(p.update_weights, num_bytes) for p in peers])
 
+    @carries_trace
     def end(self) -> dict[str, Any]:
         """Flushes and stops this rank's telemetry; returns its counters, memory and CPU time."""
         handle = get_telemetry()
@@ -308,7 +310,7 @@ class Case:
     step_s: float = 0.0
 
 
-def _driver_step(step: int, workers: list[Any], leaders: dict[Any, list[Any]], args: Any) -> None:
+def _driver_step(step: int, group: WorkerGroup, leaders: dict[int, list[Any]], args: Any) -> None:
     it = {"rl.iteration": step}
     batch = 8
     with spanspec.span("rl.grpo.step", **it, **{"rl.algorithm": "grpo"}):
@@ -316,28 +318,28 @@ def _driver_step(step: int, workers: list[Any], leaders: dict[Any, list[Any]], a
             _sleep(SHAPE["data_processing"] * args.step_s)
         with spanspec.span("rl.grpo.rollout", **it):
             with spanspec.span("rl.grpo.generation", **it, **{"rl.batch_size": batch}):
-                ray.get([call(w.generate, batch) for w in workers])
+                group.run_all("generate", batch)
             with spanspec.span("rl.grpo.reward", **it):
                 _sleep(SHAPE["reward"] * args.step_s)
         with spanspec.span("rl.grpo.logprob", **it, **{"rl.batch_size": batch}):
-            ray.get([call(w.logprob, batch, "policy") for w in workers])
+            group.run_all("logprob", batch, "policy")
         with spanspec.span("rl.grpo.reference_policy", **it, **{"rl.batch_size": batch}):
-            ray.get([call(w.logprob, batch, "reference") for w in workers])
+            group.run_all("logprob", batch, "reference")
         with spanspec.span("rl.grpo.advantage", **it):
             _sleep(SHAPE["advantage"] * args.step_s)
         with spanspec.span(
             "rl.grpo.policy_update", **it, **{"rl.num_micro_batches": args.micro_batches}
         ):
-            ray.get([call(w.train, batch) for w in workers])
+            group.run_all("train", batch)
         with spanspec.span("rl.grpo.weight_sync", **it, **{"rl.weight_sync.num_bytes": 1 << 30}):
-            ray.get([call(lead.update_weights, 1 << 30, peers) for lead, peers in leaders.items()])
+            refs = [group.call(r, "update_weights", 1 << 30, peers) for r, peers in leaders.items()]
+            group.gather(refs, "update_weights")
 
 
 def run_case(
     strategy: str,
     preset: str,
-    workers: list[Any],
-    node_of: list[str],
+    group: WorkerGroup,
     collector: Agent,
     receiver: Receiver,
     args: Any,
@@ -359,28 +361,29 @@ def run_case(
         shutdown_timeout_s=30.0,
     )
     identity = RunIdentity("grpo", run_dir=tempfile.mkdtemp(prefix="bench_scale_"))
-    case = Case(strategy, preset, len(workers), len(set(node_of)), args.steps)
+    node_of = [info.node for info in group.infos]
+    case = Case(strategy, preset, group.size, len(set(node_of)), args.steps)
     case.rank_nodes = dict(enumerate(node_of))
     collector_cpu = _cpu_s(collector.process.pid)
     init_telemetry_driver(config, identity)
     env = telemetry_env_vars()
-    local = [node_of[:r].count(node_of[r]) for r in range(len(workers))]
-    leaders: dict[Any, list[Any]] = {}
+    # Weight sync as a tree: the first rank of each node passes the weights on to the others.
+    leaders: dict[int, list[Any]] = {}
     for node in dict.fromkeys(node_of):
-        ranks = [r for r in range(len(workers)) if node_of[r] == node]
-        leaders[workers[ranks[0]]] = [workers[r] for r in ranks[1:]]
+        ranks = [r for r in range(group.size) if node_of[r] == node]
+        leaders[ranks[0]] = [group.actors[r] for r in ranks[1:]]
 
     with spanspec.span("rl.grpo.job", **{"rl.algorithm": "grpo", "rl.run_id": run_id}):
         with spanspec.span("rl.grpo.model_init"):
-            exporting = ray.get([w.begin.remote(env, local[r]) for r, w in enumerate(workers)])
+            exporting = group.run_all("begin", env)
         case.exporting_ranks = [r for r, e in enumerate(exporting) if e]
         started = time.perf_counter()
         for step in range(args.steps):
-            _driver_step(step, workers, leaders, args)
+            _driver_step(step, group, leaders, args)
         case.step_s = (time.perf_counter() - started) / args.steps
     loop_s = case.step_s * args.steps
 
-    ends = ray.get([w.end.remote() for w in workers])
+    ends = group.run_all("end")
     case.driver_rss_mib = _rss_mib()
     driver = shutdown_telemetry()
     assert driver is not None
@@ -509,19 +512,16 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="bench_scale_rotel_") as work:
             with rotel_agent(receiver.grpc_endpoint, "grpc", Path(work)) as agent:
                 init_ray(address=cluster.address)
-                workers = [
-                    spawn_actor(
-                        SimWorker,
-                        r,
-                        args.workers,
-                        args.step_s,
-                        args.micro_batches,
-                        num_cpus=0,
-                        num_gpus=1,
-                    )
-                    for r in range(args.workers)
-                ]
-                node_of = ray.get([w.node_id.remote() for w in workers])
+                group = WorkerGroup(
+                    SimWorker,
+                    args.step_s,
+                    args.micro_batches,
+                    name="policy",
+                    num_workers=args.workers,
+                    num_cpus=0,
+                    num_gpus=1,
+                )
+                node_of = [info.node for info in group.infos]
                 print(
                     f"{args.workers} workers on {len(set(node_of))} Ray nodes, "
                     f"ready in {time.perf_counter() - began:.0f} s; {args.steps} steps of "
@@ -531,7 +531,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(_header(), flush=True)
                 for strategy in strategies:
                     for preset in presets:
-                        case = run_case(strategy, preset, workers, node_of, agent, receiver, args)
+                        case = run_case(strategy, preset, group, agent, receiver, args)
                         cases.append(case)
                         print(_row(case), flush=True)
     finally:

@@ -3,9 +3,10 @@ the trainer trains on what it sampled before.
 
 Three processes:
 
-- ``TrajectoryCollector`` (a Ray actor) owns a torch generation model, the prompt order and the
-  environment. In a loop it samples one step's groups, scores them, and pushes them, tagged with
-  the weight version they were sampled with and their rollout span, into
+- ``TrajectoryCollector`` (a Ray actor, worker group ``collector``) drives the generation ranks
+  (``generation.num_workers`` torch workers) and owns the prompt order and the environment. In a
+  loop it has the ranks sample one step's groups, scores them, and pushes them, tagged with the
+  weight version they were sampled with and their rollout span, into
 - ``ReplayBuffer`` (a Ray actor): a bounded first-in-first-out queue of groups. ``take`` hands out
   one step's groups no older than the trainer allows; older ones are dropped and counted.
 - The trainer (this driver) runs ``async_grpo_train``: per step it waits for a batch, then
@@ -42,16 +43,18 @@ from nemo_rl.algorithms.grpo import GRPOConfig, RolloutRunConfig, step_metrics
 from nemo_rl.algorithms.loss_functions import ClippedPGLoss
 from nemo_rl.data import PromptIterator
 from nemo_rl.distributed import (
+    RankInfo,
     SpanRef,
     WorkerDied,
     call,
     carries_trace,
-    init_ray,
+    close_worker,
+    init_worker,
     span_ref,
     spawn_actor,
 )
-from nemo_rl.models.generation.interface import GenerationOutput, num_bytes
-from nemo_rl.models.generation.torch_backend import TorchGeneration
+from nemo_rl.models.generation.group import GenerationGroup
+from nemo_rl.models.policy import PolicyGroup, SharedBatch
 from nemo_rl.utils.checkpoint import CheckpointManager
 from nemo_rl.utils.logger import Logger
 from nemo_rl.utils.timer import Timer
@@ -108,6 +111,20 @@ class MasterConfig(RolloutRunConfig):
 
     async_grpo: AsyncGRPOConfig = Field(default_factory=AsyncGRPOConfig)
     """The outer loop."""
+
+    def ranks(self) -> list[common.Ranks]:
+        """The policy ranks, the generation ranks and the collector."""
+        a = self.async_grpo
+        return [
+            *common.rollout_ranks(
+                "async_grpo",
+                a.num_prompts_per_step,
+                a.num_generations_per_prompt,
+                {"policy": self.policy},
+                self.generation,
+            ),
+            common.Ranks("the trajectory collector", 1),
+        ]
 
     @model_validator(mode="after")
     def _torch_generation(self) -> MasterConfig:
@@ -195,27 +212,25 @@ class ReplayBuffer:
 
 
 class TrajectoryCollector:
-    """Samples and scores groups in its own process and pushes them into the replay buffer.
+    """Has the generation ranks sample groups, scores them, and pushes them into the replay
+    buffer, in its own process.
 
-    A threaded Ray actor: ``run`` loops in one thread while ``update_weights``, ``generate``
-    (validation) and ``close`` arrive in others.
+    A threaded Ray actor: ``run`` loops in one thread while ``update_weights``, ``sync`` and
+    ``close`` arrive in others.
     """
 
-    def __init__(self, cfg: MasterConfig, buffer: Any) -> None:
+    def __init__(
+        self,
+        cfg: MasterConfig,
+        buffer: Any,
+        generation: GenerationGroup,
+        info: RankInfo | None = None,
+    ) -> None:
+        init_worker(info or RankInfo.alone("collector"))
         a = cfg.async_grpo
         self.task = common.make_task(cfg.env, a.seed)
-        tok = self.task.tokenizer
-        # Built from the policy's seed: the same weights as the policy (version 0). Its
-        # constructor starts this process's telemetry as a generation worker.
-        self.model = TorchGeneration(
-            cfg.policy.model,
-            cfg.policy.model_name,
-            cfg.generation,
-            tok.vocab_size,
-            tok.eos_token_id,
-            tok.pad_token_id,
-            a.seed,
-        )
+        # Built from the policy's seed by the trainer: the same weights as the policy (version 0).
+        self.generation = generation
         self.data = PromptIterator(self.task.train, seed=a.seed)
         self.buffer = buffer
         self.seed = a.seed
@@ -223,9 +238,9 @@ class TrajectoryCollector:
         self.max_age, self.capacity = a.max_trajectory_age_steps, a.buffer_size
         self.version = 0
         self._weights_from: SpanRef | None = None  # the trainer's weight_sync of self.version
-        self._pending: tuple[dict[str, torch.Tensor], int, SpanRef | None] | None = None
+        self._pending: tuple[list[Any], int, SpanRef | None] | None = None
         self._pending_lock = threading.Lock()
-        self._model_lock = threading.Lock()  # one generate or weight load at a time
+        self._model_lock = threading.Lock()  # one rollout or weight load at a time
         self._arrived = threading.Event()
         self._stop = threading.Event()
         self._stopped = threading.Event()
@@ -262,31 +277,32 @@ class TrajectoryCollector:
         return ray.get(self.buffer.size.remote()) + self.P * self.G <= self.capacity
 
     def _rollout(self, target: int) -> None:
-        P, G, v = self.P, self.G, self.version
+        P, G = self.P, self.G
         problems = [p for p in self.data.next_batch(P) for _ in range(G)]
         input_ids, attention_mask = common.encode_prompts(self.task, problems)
-        tag = {"rl.iteration": target, "rl.async.weight_version": v}
-        links = [self._weights_from.context()] if self._weights_from else []
-        with spanspec.span(
-            "rl.async_grpo.rollout",
-            links=links,
-            **tag,
-            **{"rl.num_generations_per_prompt": G, "rl.batch_size": P * G},
-        ):
-            rollout = span_ref()
-            with spanspec.span("rl.async_grpo.generation", **tag, **{"rl.batch_size": P * G}) as s:
-                with self._model_lock:
+        with self._model_lock:  # no weights load between reading the version and sampling
+            v = self.version
+            tag = {"rl.iteration": target, "rl.async.weight_version": v}
+            links = [self._weights_from.context()] if self._weights_from else []
+            with spanspec.span(
+                "rl.async_grpo.rollout",
+                links=links,
+                **tag,
+                **{"rl.num_generations_per_prompt": G, "rl.batch_size": P * G},
+            ):
+                rollout = span_ref()
+                with spanspec.span(
+                    "rl.async_grpo.generation", **tag, **{"rl.batch_size": P * G}
+                ) as s:
                     # The sampling seed depends only on the step it is for, as in sync GRPO.
                     seed = common.step_seed(self.seed, target)
-                    out: GenerationOutput = self.model.generate(
-                        input_ids, attention_mask, seed=seed
+                    out = self.generation.generate(input_ids, attention_mask, seed=seed)
+                    spanspec.annotate(s, **{"rl.num_tokens": common.num_tokens(out)})
+                with spanspec.span("rl.async_grpo.reward", **tag) as s:
+                    rewards, exact = common.score_responses(
+                        self.task, out, problems, input_ids.shape[1]
                     )
-                spanspec.annotate(s, **{"rl.num_tokens": common.num_tokens(out)})
-            with spanspec.span("rl.async_grpo.reward", **tag) as s:
-                rewards, exact = common.score_responses(
-                    self.task, out, problems, input_ids.shape[1]
-                )
-                spanspec.annotate(s, **{"rl.reward.mean": float(rewards.mean())})
+                    spanspec.annotate(s, **{"rl.reward.mean": float(rewards.mean())})
         groups = [
             TrajectoryGroup(
                 out["output_ids"][rows],
@@ -306,30 +322,28 @@ class TrajectoryCollector:
             pending, self._pending = self._pending, None
             self._arrived.clear()
         if pending is not None:
-            state, version, source = pending
+            (weights,), version, source = pending
             with self._model_lock:
-                self.model.update_weights(state)
-            self.version, self._weights_from = version, source
+                self.generation.update_weights(weights)  # each rank reads the object store
+                self.version, self._weights_from = version, source
 
     @carries_trace
-    def update_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> int:
-        """Hands over the weights after ``version`` training steps; the sampling loop loads them
-        before its next rollout (a later delivery replaces one not loaded yet). Returns the bytes
-        received."""
+    def update_weights(self, weights: list[Any], version: int) -> None:
+        """Hands over the weights after ``version`` training steps, as ``[ObjectRef]`` (in a list,
+        so Ray passes the reference on instead of the weights); the sampling loop loads them into
+        the generation ranks before its next rollout (a later delivery replaces one not loaded
+        yet)."""
         source = span_ref()  # the trainer's weight_sync span: each rollout links to it
         with self._pending_lock:
-            self._pending = (state_dict, version, source)
+            self._pending = (weights, version, source)
             self._arrived.set()
-        return num_bytes(state_dict)
 
     @carries_trace
-    def generate(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, greedy: bool = False
-    ) -> GenerationOutput:
-        """Samples with the newest weights delivered (for validation); see ``TorchGeneration``."""
+    def sync(self) -> int:
+        """Loads the newest weights delivered into the generation ranks now (before the trainer
+        validates with them); returns their version."""
         self._load_pending()
-        with self._model_lock:
-            return self.model.generate(input_ids, attention_mask, greedy=greedy)
+        return self.version
 
     @carries_trace
     def data_state(self) -> dict[str, Any]:
@@ -341,12 +355,13 @@ class TrajectoryCollector:
         """Continues sampling prompts from a checkpoint's position."""
         self.data.load_state_dict(state)
 
-    def close(self) -> Any:
-        """Stops the sampling loop (waits for the rollout in progress) and flushes telemetry;
-        returns what this process's telemetry cost."""
+    def close(self) -> TelemetryCost | None:
+        """Stops the sampling loop (waits for the rollout in progress) and flushes this
+        process's telemetry; returns what it cost. The generation ranks are the trainer's to
+        stop."""
         self._stop.set()
         self._stopped.wait(timeout=30)
-        return self.model.close()
+        return close_worker()
 
 
 # -- setup --------------------------------------------------------------------------------------
@@ -358,8 +373,10 @@ class AsyncGRPOSetup:
 
     cfg: MasterConfig
     task: Task
-    policy: Any
-    """Ray actor handle of a ``PolicyWorker``."""
+    policy: PolicyGroup
+    """The policy's ranks."""
+    generation: GenerationGroup
+    """The generation ranks the collector samples with (and validation, after ``sync``)."""
     buffer: Any
     """Ray actor handle of the ``ReplayBuffer``."""
     collector: Any
@@ -381,7 +398,7 @@ def setup(cfg: MasterConfig) -> AsyncGRPOSetup:
 
     Starts (or joins) Ray if needed. Raises whatever a worker raises while starting.
     """
-    init_ray(num_cpus=cfg.cluster.num_cpus, address=cfg.cluster.address)
+    common.start_ray(cfg)
     a = cfg.async_grpo
     task = common.make_task(cfg.env, a.seed)
     timer = Timer()
@@ -390,15 +407,17 @@ def setup(cfg: MasterConfig) -> AsyncGRPOSetup:
         loss = ClippedPGLoss(a.loss, temperature=temperature)
         vocab = task.tokenizer.vocab_size
         policy = common.spawn_policy(cfg.policy, cfg.cluster, vocab, a.seed, loss, temperature)
+        generation = common.spawn_policy_generation(cfg, task, a.seed, policy)
         buffer = spawn_actor(ReplayBuffer, a.buffer_size, num_cpus=0, max_concurrency=4)
         collector = spawn_actor(
             TrajectoryCollector,
             cfg,
             buffer,
+            generation,
             num_cpus=cfg.cluster.worker_num_cpus,
             max_concurrency=4,
         )
-        common.wait_ready(policy, buffer, collector)
+        common.wait_ready(buffer, collector)
     checkpoints = common.checkpoint_manager(cfg.checkpointing, cfg.logger)
     start_step = 0
     if checkpoints is not None and (latest := checkpoints.latest()) is not None:
@@ -407,8 +426,8 @@ def setup(cfg: MasterConfig) -> AsyncGRPOSetup:
             state = common.read_checkpoint(latest, {"policy": policy})
             start_step = int(state["step"])
             ask(call(collector.load_data_state, state["data"]), "the trajectory collector")
-            weights = call(collector.update_weights, call(policy.state_dict), start_step)
-            ask(weights, "the trajectory collector")
+            weights = [policy.state_dict_ref()]
+            ask(call(collector.update_weights, weights, start_step), "the trajectory collector")
     logger = common.open_logger(cfg.logger, "async_grpo", a.max_steps, start_step)
     if start_step:
         logger.print(
@@ -416,14 +435,14 @@ def setup(cfg: MasterConfig) -> AsyncGRPOSetup:
             "sampled but not trained on before the checkpoint are not restored)"
         )
     return AsyncGRPOSetup(
-        cfg, task, policy, buffer, collector, checkpoints, logger, start_step, timer
+        cfg, task, policy, generation, buffer, collector, checkpoints, logger, start_step, timer
     )
 
 
 def teardown(s: AsyncGRPOSetup) -> list[TelemetryCost]:
     """Stops the collector, flushes the workers' telemetry, stops them and closes the logger;
     returns what each worker's telemetry cost."""
-    return common.close_run(s.logger, s.collector, s.policy, s.buffer)
+    return common.close_run(s.logger, s.collector, s.generation, s.policy, s.buffer)
 
 
 def run(cfg: MasterConfig, job_attributes: dict[str, Any]) -> RunResult:
@@ -473,11 +492,11 @@ def async_grpo_train(s: AsyncGRPOSetup) -> RunSummary:
                 batch, rewards = collate(groups, s.task.tokenizer.pad_token_id)
                 exact = sum(g.exact for g in groups) / len(groups)
                 num_tokens = int(batch["attention_mask"].sum())  # as common.num_tokens counts
-            batch_ref = ray.put(batch)
+            shared = SharedBatch(batch)  # sent once, read by both log-prob passes
             with timer.span("rl.async_grpo.logprob", **it, **{"rl.batch_size": P * G}):
-                batch["prev_logprobs"] = ray.get(call(s.policy.get_logprobs, batch_ref))
+                batch["prev_logprobs"] = s.policy.get_logprobs(shared)
             with timer.span("rl.async_grpo.reference_policy", **it, **{"rl.batch_size": P * G}):
-                batch["ref_logprobs"] = ray.get(call(s.policy.get_reference_logprobs, batch_ref))
+                batch["ref_logprobs"] = s.policy.get_reference_logprobs(shared)
             with timer.span("rl.async_grpo.advantage", **it):
                 batch["advantages"] = group_normalized_advantages(
                     rewards, G, normalize_std=a.normalize_rewards
@@ -485,15 +504,16 @@ def async_grpo_train(s: AsyncGRPOSetup) -> RunSummary:
             with timer.span(
                 "rl.async_grpo.policy_update", **it, **{"rl.batch_size": P * G}
             ) as span:
-                train_metrics = ray.get(call(s.policy.train, batch))
+                train_metrics = s.policy.train(batch)
                 spanspec.annotate(
                     span, **{"rl.num_micro_batches": train_metrics["num_micro_batches"]}
                 )
 
             # WEIGHT SYNC: version step + 1 goes to the collector, which keeps sampling meanwhile.
             with timer.span("rl.async_grpo.weight_sync", **it) as span:
-                weights = call(s.collector.update_weights, call(s.policy.state_dict), step + 1)
-                num_bytes = ask(weights, "the trajectory collector")
+                weights = [s.policy.state_dict_ref()]  # passed on by reference, not through here
+                ask(call(s.collector.update_weights, weights, step + 1), "the trajectory collector")
+                num_bytes = s.policy.weight_bytes() * s.generation.size  # what the ranks will load
                 spanspec.annotate(span, **{"rl.weight_sync.num_bytes": num_bytes})
 
             done = step + 1
@@ -602,7 +622,8 @@ def validate(s: AsyncGRPOSetup, iteration: int) -> float:
         "rl.async_grpo.evaluate",
         **{"rl.iteration": iteration, "rl.eval.num_samples": len(problems)},
     ) as span:
-        accuracy = common.exact_match(s.collector, s.task, problems)
+        ask(call(s.collector.sync), "the trajectory collector")  # the newest weights first
+        accuracy = common.exact_match(s.generation, s.task, problems)
         spanspec.annotate(span, **{"rl.eval.accuracy": accuracy})
     return accuracy
 

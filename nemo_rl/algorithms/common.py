@@ -14,16 +14,18 @@ from typing import Any
 
 import ray
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from nemo_rl.data import CharTokenizer, PromptIterator, left_pad
-from nemo_rl.distributed import call, spawn_actor
+from nemo_rl.distributed import init_ray, unreachable
 from nemo_rl.distributed.trace_context import remember_pid
+from nemo_rl.distributed.worker_group import Placement
 from nemo_rl.environments import ArithmeticEnvironment, Problem, make_problems
 from nemo_rl.models.causal_lm import ModelConfig
+from nemo_rl.models.generation.group import GenerationGroup
 from nemo_rl.models.generation.interface import GenerationConfig, GenerationOutput
 from nemo_rl.models.generation.torch_backend import TorchGeneration
-from nemo_rl.models.policy import LossFunction, PolicyConfig, PolicyWorker
+from nemo_rl.models.policy import LossFunction, PolicyConfig, PolicyGroup
 from nemo_rl.telemetry import TelemetryConfig, record_metrics
 from nemo_rl.utils.checkpoint import (
     CheckpointConfig,
@@ -31,6 +33,7 @@ from nemo_rl.utils.checkpoint import (
     get_rng_state,
     set_rng_state,
 )
+from nemo_rl.utils.config import ConfigError
 from nemo_rl.utils.logger import Logger, LoggerConfig
 from spanspec.export import TelemetryCost
 
@@ -39,6 +42,7 @@ __all__ = [
     "EnvConfig",
     "LoopConfig",
     "OnPolicyLoopConfig",
+    "Ranks",
     "RunConfig",
     "RunResult",
     "RunSections",
@@ -52,7 +56,6 @@ __all__ = [
     "draw_prompts",
     "encode_prompts",
     "exact_match",
-    "generate",
     "is_due",
     "log_step",
     "log_validation",
@@ -60,19 +63,23 @@ __all__ = [
     "nothing_left",
     "num_tokens",
     "open_logger",
+    "rank_problems",
     "read_checkpoint",
     "response_batch",
     "restore_checkpoint",
     "resume_attributes",
+    "rollout_ranks",
     "score_responses",
     "spawn_generation",
     "spawn_policy",
     "spawn_policy_generation",
+    "start_ray",
     "step_seed",
     "stop_workers",
     "sync_weights",
     "train_in_job",
     "wait_ready",
+    "worker_num_gpus",
     "write_checkpoint",
 ]
 
@@ -121,7 +128,24 @@ class ClusterConfig(BaseModel):
     num_cpus: int = Field(4, ge=1)
     """Logical CPUs of a local cluster."""
     worker_num_cpus: float = Field(1.0, gt=0.0)
-    """CPUs each worker actor asks for (also its torch thread count)."""
+    """CPUs each rank asks for (also its torch thread count)."""
+    worker_num_gpus: float | None = Field(None, ge=0.0)
+    """GPUs each rank asks for; None: 1 where the cluster has GPUs, else 0 (a fraction lets
+    several ranks share one GPU)."""
+    placement: Placement = "pack"
+    """Where a role's ranks go: ``pack`` fills a node before the next, ``spread`` puts them on
+    different nodes."""
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """One role's ranks as a config asks for them, for the checks before Ray starts."""
+
+    key: str
+    """What sets the count (``policy.num_workers``), as messages name it."""
+    count: int
+    divides: tuple[tuple[str, int], ...] = ()
+    """``(key, value)`` pairs the count must divide (a global batch shared out across ranks)."""
 
 
 class OnPolicyLoopConfig(LoopConfig):
@@ -151,6 +175,17 @@ class RunSections(BaseModel):
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     """Traces and metrics (see ``nemo_rl.telemetry``)."""
 
+    def ranks(self) -> list[Ranks]:
+        """The ranks of every worker role the run starts at once; each loop's config says."""
+        return []
+
+    @model_validator(mode="after")
+    def _ranks_fit(self) -> RunSections:
+        problems = rank_problems(self.ranks(), self.cluster)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
 
 class RunConfig(RunSections):
     """``RunSections`` plus the one trained model, ``policy`` (every loop but PPO and
@@ -158,6 +193,97 @@ class RunConfig(RunSections):
 
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     """The trained model and its optimiser."""
+
+
+def rollout_ranks(
+    section: str,
+    prompts: int,
+    generations: int,
+    trained: dict[str, PolicyConfig],
+    generation: GenerationConfig,
+) -> list[Ranks]:
+    """The ranks of a loop that samples each step: every trained role (``policy``, ``value``)
+    shares out the step's ``prompts x generations`` sequences and its global mini-batch, and the
+    generation ranks share out the prompts (a prompt's samples stay on one rank)."""
+    batch = f"{section}.num_prompts_per_step x {section}.num_generations_per_prompt"
+    out = [
+        Ranks(
+            f"{name}.num_workers",
+            cfg.num_workers,
+            (
+                (batch, prompts * generations),
+                (f"{name}.train_global_batch_size", cfg.train_global_batch_size),
+            ),
+        )
+        for name, cfg in trained.items()
+    ]
+    return [
+        *out,
+        Ranks(
+            "generation.num_workers",
+            generation.num_workers,
+            ((f"{section}.num_prompts_per_step", prompts),),
+        ),
+    ]
+
+
+def rank_problems(
+    ranks: Sequence[Ranks], cluster: ClusterConfig, cpus: float | None = None
+) -> list[str]:
+    """Why ``ranks`` cannot run on ``cluster``: a count that does not divide what it shares out,
+    or more CPUs than the cluster has (``cpus``: a joined cluster's; by default a local
+    cluster's ``cluster.num_cpus``, and no CPU check when joining one not started yet)."""
+    problems = [
+        f"{r.key}={r.count} does not divide {key}={value}; pick a number of ranks that "
+        f"divides it (or change {key})"
+        for r in ranks
+        for key, value in r.divides
+        if r.count >= 1 and value % r.count
+    ]
+    if cpus is None:
+        if cluster.address or os.environ.get("RAY_ADDRESS"):
+            return problems  # a cluster to join: checked once joined
+        cpus, where = float(cluster.num_cpus), f"cluster.num_cpus={cluster.num_cpus}"
+    else:
+        where = f"the Ray cluster at cluster.address, with {cpus:g} CPUs,"
+    count = sum(r.count for r in ranks)
+    asked = count * cluster.worker_num_cpus
+    if asked > cpus:
+        parts = " + ".join(f"{r.key}={r.count}" for r in ranks)
+        problems.append(
+            f"{where} cannot place the run's {count} ranks ({parts}) of "
+            f"cluster.worker_num_cpus={cluster.worker_num_cpus:g} CPUs each: they ask for "
+            f"{asked:g} CPUs; raise cluster.num_cpus or lower the ranks or cluster.worker_num_cpus"
+        )
+    return problems
+
+
+def start_ray(cfg: RunSections) -> None:
+    """Starts (or joins) Ray for the run; raises ``ConfigError`` when a joined cluster cannot
+    hold the run's ranks (a local one was checked with the config), naming what is asked for
+    and what is there, so nothing waits for resources Ray will never get, and when nothing
+    answers at ``cluster.address`` (or ``$RAY_ADDRESS``)."""
+    address = cfg.cluster.address or os.environ.get("RAY_ADDRESS")
+    if address and not ray.is_initialized() and (why := unreachable(address)):
+        key = "cluster.address" if cfg.cluster.address else "RAY_ADDRESS"
+        raise ConfigError(
+            [
+                f"{key}={address}: {why}; start the cluster with `ray start --head` (its "
+                "--node-ip-address must be reachable from here) or correct the address"
+            ]
+        )
+    resources = init_ray(num_cpus=cfg.cluster.num_cpus, address=cfg.cluster.address)
+    problems = rank_problems(cfg.ranks(), cfg.cluster, cpus=float(resources.get("CPU", 0)))
+    if problems:
+        raise ConfigError(problems)
+
+
+def worker_num_gpus(cluster: ClusterConfig) -> float:
+    """The GPUs each rank asks for: ``cluster.worker_num_gpus``, else 1 where the Ray cluster
+    has a GPU and 0 where it has none. Call after Ray started."""
+    if cluster.worker_num_gpus is not None:
+        return cluster.worker_num_gpus
+    return 1.0 if ray.cluster_resources().get("GPU", 0) >= 1 else 0.0
 
 
 # -- the task -------------------------------------------------------------------------------------
@@ -222,13 +348,6 @@ def batch_attributes(num_prompts: int, num_generations: int) -> dict[str, int]:
     }
 
 
-def generate(
-    generation: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, seed: int
-) -> GenerationOutput:
-    """Returns one response per row sampled by the ``generation`` actor with ``seed``."""
-    return ray.get(call(generation.generate, input_ids, attention_mask, seed=seed))
-
-
 def num_tokens(out: GenerationOutput) -> int:
     """Returns the tokens a rollout holds, prompt and response (``rl.num_tokens``)."""
     return int(out["attention_mask"].sum())
@@ -250,10 +369,10 @@ def step_seed(seed: int, step: int) -> int:
     return seed * 1_000_003 + step
 
 
-def exact_match(generation: Any, task: Task, problems: Sequence[Problem]) -> float:
-    """Returns the share of ``problems`` the ``generation`` actor answers right, greedily."""
+def exact_match(generation: GenerationGroup, task: Task, problems: Sequence[Problem]) -> float:
+    """Returns the share of ``problems`` the ``generation`` ranks answer right, greedily."""
     input_ids, attention_mask = encode_prompts(task, problems)
-    out = ray.get(call(generation.generate, input_ids, attention_mask, greedy=True))
+    out = generation.generate(input_ids, attention_mask, greedy=True)
     return score_responses(task, out, problems, input_ids.shape[1])[1]
 
 
@@ -269,18 +388,20 @@ def spawn_policy(
     temperature: float = 1.0,
     group: str = "policy",
     reference: bool = True,
-) -> Any:
-    """Returns the handle of a ``PolicyWorker`` actor training with ``loss_fn`` (Ray must be up)."""
-    return spawn_actor(
-        PolicyWorker,
+) -> PolicyGroup:
+    """Returns the ``cfg.num_workers`` ranks of the role ``group`` training with ``loss_fn``
+    (None: scoring only, as a teacher), placed on ``cluster`` (Ray must be up)."""
+    return PolicyGroup(
         cfg,
         vocab_size,
         seed,
         loss_fn,
-        temperature=temperature,
-        group=group,
+        temperature,
+        name=group,
         reference=reference,
         num_cpus=cluster.worker_num_cpus,
+        num_gpus=worker_num_gpus(cluster),
+        placement=cluster.placement,
     )
 
 
@@ -291,30 +412,40 @@ def spawn_generation(
     cluster: ClusterConfig,
     tokenizer: CharTokenizer,
     seed: int,
-    policy: Any,
+    policy: PolicyGroup,
     log_dir: str,
-) -> Any:
-    """Returns the handle of a generation actor that starts with the weights of ``policy``.
+    num_workers: int | None = None,
+) -> GenerationGroup:
+    """Returns the generation ranks (``generation.num_workers``, unless ``num_workers`` says)
+    that start with the weights of ``policy``.
 
     The torch backend builds its model from the same seed as the policy (identical weights);
-    the vLLM backend loads the policy saved as a Hugging Face folder under ``log_dir``.
+    the vLLM backend (one engine per rank) loads the policy saved as a Hugging Face folder
+    under ``log_dir``.
     """
+    ranks = {
+        "num_workers": num_workers or generation.num_workers,
+        "num_cpus": cluster.worker_num_cpus,
+        "placement": cluster.placement,
+    }
     if generation.backend == "vllm":
         from nemo_rl.models.generation.vllm_backend import VllmGeneration, vllm_num_gpus
 
         model_dir = os.path.abspath(os.path.join(log_dir, "hf_policy"))
-        ray.get(call(policy.save_pretrained, model_dir))
-        return spawn_actor(
+        policy.save_pretrained(model_dir)
+        return GenerationGroup(
             VllmGeneration,
             model_dir,
             model_name,
             generation,
             tokenizer,
             seed,
-            num_cpus=cluster.worker_num_cpus,
-            num_gpus=vllm_num_gpus(),
+            num_gpus=cluster.worker_num_gpus
+            if cluster.worker_num_gpus is not None
+            else vllm_num_gpus(),
+            **ranks,
         )
-    return spawn_actor(
+    return GenerationGroup(
         TorchGeneration,
         model,
         model_name,
@@ -323,13 +454,16 @@ def spawn_generation(
         tokenizer.eos_token_id,
         tokenizer.pad_token_id,
         seed,
-        num_cpus=cluster.worker_num_cpus,
+        num_gpus=worker_num_gpus(cluster),
+        **ranks,
     )
 
 
-def spawn_policy_generation(cfg: Any, task: Task, seed: int, policy: Any) -> Any:
+def spawn_policy_generation(
+    cfg: Any, task: Task, seed: int, policy: PolicyGroup
+) -> GenerationGroup:
     """``spawn_generation`` for a run config with ``generation``, ``policy``, ``cluster`` and
-    ``logger`` sections: the generation actor that samples from ``policy``."""
+    ``logger`` sections: the generation ranks that sample from ``policy``."""
     return spawn_generation(
         cfg.generation,
         cfg.policy.model,
@@ -343,8 +477,9 @@ def spawn_policy_generation(cfg: Any, task: Task, seed: int, policy: Any) -> Any
 
 
 def wait_ready(*actors: Any) -> None:
-    """Returns once every actor has started (raises what a failed constructor raised); notes
-    each actor's pid for the stall watchdog's warnings."""
+    """Returns once every single actor (not a group: a group waits for its ranks itself) has
+    started (raises what a failed constructor raised); notes each actor's pid for the stall
+    watchdog's warnings."""
     pids = ray.get([a.__ray_call__.remote(_pid) for a in actors])
     for actor, pid in zip(actors, pids, strict=True):
         remember_pid(actor, pid)
@@ -354,13 +489,18 @@ def _pid(_actor: Any) -> int:
     return os.getpid()
 
 
-def stop_workers(*actors: Any) -> list[TelemetryCost]:
-    """Flushes the actors' telemetry and stops them; an actor that already died (or None) is
-    skipped. Returns what each live worker's telemetry cost (its ``close()`` returns it), for the
+def stop_workers(*workers: Any) -> list[TelemetryCost]:
+    """Flushes the telemetry of ``workers`` (groups, or single actors) and stops them; one that
+    already died (or None) is skipped. Returns what each live process's telemetry cost, for the
     job's cost line."""
-    live = [a for a in actors if a is not None]
-    costs = []
-    for a, ref in [(a, a.close.remote()) for a in live]:
+    costs: list[TelemetryCost] = []
+    actors = []
+    for w in workers:
+        if isinstance(w, PolicyGroup | GenerationGroup):
+            costs += w.close()
+        elif w is not None:
+            actors.append(w)
+    for a, ref in [(a, a.close.remote()) for a in actors]:
         try:
             cost = ray.get(ref, timeout=30)
         except Exception:  # a dead worker has nothing left to flush; the run already failed
@@ -371,9 +511,10 @@ def stop_workers(*actors: Any) -> list[TelemetryCost]:
     return costs
 
 
-def sync_weights(generation: Any, policy: Any) -> int:
-    """Sends the weights of the ``policy`` actor to the ``generation`` actor; returns the bytes sent."""
-    return ray.get(call(generation.update_weights, call(policy.state_dict)))
+def sync_weights(generation: GenerationGroup, policy: PolicyGroup) -> int:
+    """Sends the weights of ``policy`` to every generation rank, through the object store once;
+    returns the bytes all ranks received."""
+    return generation.update_weights(policy.state_dict_ref())
 
 
 @dataclass
@@ -429,7 +570,8 @@ def write_checkpoint(
     """Writes checkpoint ``step_<done>``: each worker's state in ``<name>/``, the data position
     and the driver's RNG; returns its folder."""
     tmp = checkpoints.begin(done)
-    ray.get([call(w.save_checkpoint, os.path.join(tmp, name)) for name, w in workers.items()])
+    for name, w in workers.items():
+        w.save_checkpoint(os.path.join(tmp, name))
     trainer_state = {"step": done, "data": data, "rng": get_rng_state()}
     return checkpoints.finish(tmp, done, trainer_state)
 
@@ -438,7 +580,8 @@ def read_checkpoint(path: str, workers: dict[str, Any]) -> dict[str, Any]:
     """Restores each worker from ``path/<name>/`` and the driver's RNG; returns the trainer state
     (``step``, ``data``)."""
     state = CheckpointManager.load_trainer_state(path)
-    ray.get([call(w.load_checkpoint, os.path.join(path, name)) for name, w in workers.items()])
+    for name, w in workers.items():
+        w.load_checkpoint(os.path.join(path, name))
     set_rng_state(state["rng"])
     return state
 

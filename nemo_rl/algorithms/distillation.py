@@ -16,7 +16,6 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-import ray
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 
 import spanspec
@@ -24,11 +23,11 @@ from nemo_rl.algorithms import common, grpo
 from nemo_rl.algorithms.common import RunResult, RunSummary, Task
 from nemo_rl.algorithms.loss_functions import TeacherKLLoss, reverse_kl
 from nemo_rl.data import CharTokenizer, PromptIterator
-from nemo_rl.distributed import call, init_ray
 from nemo_rl.environments import Problem
 from nemo_rl.models.causal_lm import ModelConfig, build_causal_lm
+from nemo_rl.models.generation.group import GenerationGroup
 from nemo_rl.models.generation.interface import GenerationConfig
-from nemo_rl.models.policy import PolicyConfig, read_policy_checkpoint
+from nemo_rl.models.policy import PolicyConfig, PolicyGroup, SharedBatch, read_policy_checkpoint
 from nemo_rl.utils.checkpoint import CheckpointConfig, CheckpointManager
 from nemo_rl.utils.config import ConfigError
 from nemo_rl.utils.logger import Logger, LoggerConfig
@@ -83,6 +82,22 @@ class MasterConfig(common.RunSections):
     one, ``examples/run_distillation.py`` first trains it with GRPO (``teacher_training``)."""
     teacher_training: grpo.GRPOConfig = Field(default_factory=grpo.GRPOConfig)
     """The GRPO job that trains the teacher when no ``teacher.checkpoint`` is given."""
+
+    def ranks(self) -> list[common.Ranks]:
+        """The student, generation and teacher ranks (and, at step 0, the teacher's own
+        generation worker that measures it)."""
+        d = self.distillation
+        ranks = common.rollout_ranks(
+            "distillation",
+            d.num_prompts_per_step,
+            d.num_generations_per_prompt,
+            {"policy": self.policy},
+            self.generation,
+        )
+        ranks.append(common.Ranks("teacher.num_workers", self.teacher.num_workers))
+        if d.val_at_start:
+            ranks.append(common.Ranks("the teacher's evaluation worker (step 0)", 1))
+        return ranks
 
     @field_validator("policy")
     @classmethod
@@ -175,12 +190,12 @@ class DistillationSetup:
     cfg: MasterConfig
     task: Task
     train_data: PromptIterator[Problem]
-    student: Any
-    """Ray actor handle of the student's ``PolicyWorker``."""
-    teacher: Any
-    """Ray actor handle of the teacher's ``PolicyWorker`` (frozen, group ``teacher``)."""
-    generation: Any
-    """Ray actor handle of the student's generation backend."""
+    student: PolicyGroup
+    """The student's ranks."""
+    teacher: PolicyGroup
+    """The teacher's ranks (frozen, group ``teacher``)."""
+    generation: GenerationGroup
+    """The generation ranks."""
     checkpoints: CheckpointManager | None
     logger: Logger
     """Opened at ``start_step``."""
@@ -205,7 +220,7 @@ def setup(cfg: MasterConfig) -> DistillationSetup:
     seed = cfg.distillation.seed
     task = common.make_task(cfg.env, seed)
     vocab = task.tokenizer.vocab_size
-    init_ray(num_cpus=cfg.cluster.num_cpus, address=cfg.cluster.address)
+    common.start_ray(cfg)
     timer = Timer()
     temperature = cfg.generation.temperature
     with timer.span("rl.distillation.model_init", **{"rl.model": cfg.policy.model_name}):
@@ -217,7 +232,6 @@ def setup(cfg: MasterConfig) -> DistillationSetup:
             cfg.teacher, cfg.cluster, vocab, seed, None, temperature, "teacher", reference=False
         )
         generation = common.spawn_policy_generation(cfg, task, seed, student)
-        common.wait_ready(student, teacher, generation)
     train_data = PromptIterator(task.train, seed=seed)
     checkpoints = common.checkpoint_manager(cfg.checkpointing, cfg.logger)
     start_step = 0
@@ -276,26 +290,24 @@ def distillation_train(s: DistillationSetup) -> RunSummary:
             with timer.span("rl.distillation.rollout", **it, **{"rl.batch_size": B}):
                 with timer.span("rl.distillation.generation", **it, **{"rl.batch_size": B}) as sp:
                     seed = common.step_seed(d.seed, step)
-                    out = common.generate(s.generation, prompt_ids, prompt_mask, seed)
+                    out = s.generation.generate(prompt_ids, prompt_mask, seed=seed)
                     spanspec.annotate(sp, **{"rl.num_tokens": common.num_tokens(out)})
                 rewards, exact = common.score_responses(s.task, out, problems, prompt_ids.shape[1])
             batch = common.response_batch(out)
             mask = batch["response_mask"]
-            batch_ref = ray.put(batch)
+            shared = SharedBatch(batch)
 
             # TEACHER: its next-token distribution at every position of the student's samples.
             with timer.span("rl.distillation.teacher_logprob", **it, **{"rl.batch_size": B}):
-                batch["teacher_logprobs"] = ray.get(
-                    call(s.teacher.get_next_token_logprobs, batch_ref)
-                )
+                batch["teacher_logprobs"] = s.teacher.get_next_token_logprobs(shared)
             # STUDENT: the same positions before the update, for the KL this step starts from.
             with timer.span("rl.distillation.logprob", **it, **{"rl.batch_size": B}):
-                student = ray.get(call(s.student.get_next_token_logprobs, batch_ref))
+                student = s.student.get_next_token_logprobs(shared)
                 kl = reverse_kl(student, batch["teacher_logprobs"])
                 kl_to_teacher = float((kl * mask).sum() / mask.sum().clamp(min=1))
 
             with timer.span("rl.distillation.policy_update", **it, **{"rl.batch_size": B}) as sp:
-                train_metrics = ray.get(call(s.student.train, batch))
+                train_metrics = s.student.train(batch)
                 spanspec.annotate(
                     sp, **{"rl.num_micro_batches": train_metrics["num_micro_batches"]}
                 )
@@ -355,6 +367,7 @@ def _teacher_accuracy(s: DistillationSetup, problems: list[Problem]) -> float:
         cfg.distillation.seed,
         s.teacher,
         os.path.join(cfg.logger.log_dir, "teacher_generation"),
+        num_workers=1,
     )
     try:
         common.sync_weights(generation, s.teacher)

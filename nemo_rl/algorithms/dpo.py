@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import ray
 import torch
 from pydantic import Field
 
@@ -23,7 +22,6 @@ from nemo_rl.algorithms import supervised as sv
 from nemo_rl.algorithms.common import RunResult, RunSummary
 from nemo_rl.algorithms.loss_functions import DPOLoss, dpo_margin, sequence_logprobs
 from nemo_rl.data import PromptIterator, encode_preference_pairs, stack_pair_sides
-from nemo_rl.distributed import call, init_ray
 from nemo_rl.utils.timer import Timer
 
 __all__ = ["DPOConfig", "MasterConfig", "dpo_train", "run", "setup", "validate"]
@@ -56,14 +54,13 @@ def setup(cfg: MasterConfig) -> sv.SupervisedSetup:
     """Builds the task, the pairs and the policy worker (with its frozen reference), resumes from
     the latest checkpoint when there is one, and opens the logger at the step it resumed from;
     returns the run's ``SupervisedSetup``. Starts (or joins) Ray if needed."""
-    init_ray(num_cpus=cfg.cluster.num_cpus, address=cfg.cluster.address)
+    common.start_ray(cfg)
     seed = cfg.dpo.seed
     task = common.make_task(cfg.env, seed)
     timer = Timer()
     with timer.span("rl.dpo.model_init", **{"rl.model": cfg.policy.model_name}):
         loss, vocab = DPOLoss(cfg.dpo.beta), task.tokenizer.vocab_size
         policy = common.spawn_policy(cfg.policy, cfg.cluster, vocab, seed, loss, reference=True)
-        common.wait_ready(policy)
     train_pairs, val_pairs = sv.preference_data(task, cfg.dpo)
     train_data = PromptIterator(train_pairs, seed=seed)
     checkpoints = common.checkpoint_manager(cfg.checkpointing, cfg.logger)
@@ -110,7 +107,7 @@ def dpo_train(s: sv.SupervisedSetup) -> RunSummary:
                 batch["chosen_ref_logprobs"], batch["rejected_ref_logprobs"] = ref
             # POLICY UPDATE: -log sigmoid(margin) per pair, in micro-batches of pairs.
             with timer.span("rl.dpo.policy_update", **it, **{"rl.batch_size": size}) as span:
-                metrics = ray.get(call(s.policy.train, batch))
+                metrics = s.policy.train(batch)
                 spanspec.annotate(span, **{"rl.num_micro_batches": metrics["num_micro_batches"]})
 
             done = step + 1
@@ -161,6 +158,6 @@ def _pair_logprobs(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     # One worker call over both sides; returns the [B] chosen and rejected sequence log-probs.
     both = stack_pair_sides(batch)
-    logprobs = ray.get(call(method, both))
+    logprobs = method(both)
     chosen, rejected = sequence_logprobs(logprobs, both["response_mask"]).chunk(2)
     return chosen, rejected

@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import ray
 import torch
 from pydantic import Field
 
@@ -22,9 +21,10 @@ from nemo_rl.algorithms.advantages import group_normalized_advantages
 from nemo_rl.algorithms.common import LoopConfig, RunConfig, RunResult, RunSummary, Task
 from nemo_rl.algorithms.loss_functions import ClippedPGLoss, ClippedPGLossConfig
 from nemo_rl.data import PromptIterator
-from nemo_rl.distributed import call, init_ray
 from nemo_rl.environments import Problem
+from nemo_rl.models.generation.group import GenerationGroup
 from nemo_rl.models.generation.interface import GenerationConfig
+from nemo_rl.models.policy import PolicyGroup, SharedBatch
 from nemo_rl.utils.checkpoint import CheckpointManager
 from nemo_rl.utils.logger import Logger
 from nemo_rl.utils.timer import Timer
@@ -74,6 +74,17 @@ class MasterConfig(RolloutRunConfig):
     grpo: GRPOConfig = Field(default_factory=GRPOConfig)
     """The outer loop."""
 
+    def ranks(self) -> list[common.Ranks]:
+        """The policy ranks and the generation ranks."""
+        g = self.grpo
+        return common.rollout_ranks(
+            "grpo",
+            g.num_prompts_per_step,
+            g.num_generations_per_prompt,
+            {"policy": self.policy},
+            self.generation,
+        )
+
 
 # -- setup --------------------------------------------------------------------------------------
 
@@ -85,10 +96,10 @@ class GRPOSetup:
     cfg: MasterConfig
     task: Task
     train_data: PromptIterator[Problem]
-    policy: Any
-    """Ray actor handle of a ``PolicyWorker``."""
-    generation: Any
-    """Ray actor handle of a ``GenerationInterface`` backend."""
+    policy: PolicyGroup
+    """The policy's ranks (with its frozen reference)."""
+    generation: GenerationGroup
+    """The generation ranks."""
     checkpoints: CheckpointManager | None
     logger: Logger
     """Opened at ``start_step``."""
@@ -103,7 +114,7 @@ def setup(cfg: MasterConfig) -> GRPOSetup:
 
     Starts (or joins) Ray if needed. Raises whatever a worker raises while starting.
     """
-    init_ray(num_cpus=cfg.cluster.num_cpus, address=cfg.cluster.address)
+    common.start_ray(cfg)
     seed, temperature = cfg.grpo.seed, cfg.generation.temperature
     task = common.make_task(cfg.env, seed)
     timer = Timer()
@@ -112,7 +123,6 @@ def setup(cfg: MasterConfig) -> GRPOSetup:
         vocab = task.tokenizer.vocab_size
         policy = common.spawn_policy(cfg.policy, cfg.cluster, vocab, seed, loss, temperature)
         generation = common.spawn_policy_generation(cfg, task, seed, policy)
-        common.wait_ready(policy, generation)
     train_data = PromptIterator(task.train, seed=seed)
     checkpoints = common.checkpoint_manager(cfg.checkpointing, cfg.logger)
     start_step = 0
@@ -177,7 +187,7 @@ def grpo_train(s: GRPOSetup) -> RunSummary:
                 with timer.span("rl.grpo.generation", **it, **{"rl.batch_size": P * G}) as span:
                     # The sampling seed depends only on the step, so a resumed run samples alike.
                     seed = common.step_seed(grpo.seed, step)
-                    out = common.generate(s.generation, input_ids, attention_mask, seed)
+                    out = s.generation.generate(input_ids, attention_mask, seed=seed)
                     num_tokens = common.num_tokens(out)
                     spanspec.annotate(span, **{"rl.num_tokens": num_tokens})
                 with timer.span("rl.grpo.reward", **it) as span:
@@ -187,14 +197,14 @@ def grpo_train(s: GRPOSetup) -> RunSummary:
                     spanspec.annotate(span, **{"rl.reward.mean": float(rewards.mean())})
 
             batch = common.response_batch(out)
-            batch_ref = ray.put(batch)  # sent once, read by both log-prob passes
+            shared = SharedBatch(batch)  # sent once, read by both log-prob passes
 
             # LOGPROBS of the sampled tokens under the policy that will be updated ...
             with timer.span("rl.grpo.logprob", **it, **{"rl.batch_size": P * G}):
-                batch["prev_logprobs"] = ray.get(call(s.policy.get_logprobs, batch_ref))
+                batch["prev_logprobs"] = s.policy.get_logprobs(shared)
             # ... and under the frozen reference, for the KL penalty.
             with timer.span("rl.grpo.reference_policy", **it, **{"rl.batch_size": P * G}):
-                batch["ref_logprobs"] = ray.get(call(s.policy.get_reference_logprobs, batch_ref))
+                batch["ref_logprobs"] = s.policy.get_reference_logprobs(shared)
 
             # ADVANTAGE: each response's reward against its own group.
             with timer.span("rl.grpo.advantage", **it):
@@ -204,7 +214,7 @@ def grpo_train(s: GRPOSetup) -> RunSummary:
 
             # POLICY UPDATE: clipped policy gradient with a KL penalty, in micro-batches.
             with timer.span("rl.grpo.policy_update", **it, **{"rl.batch_size": P * G}) as span:
-                train_metrics = ray.get(call(s.policy.train, batch))
+                train_metrics = s.policy.train(batch)
                 spanspec.annotate(
                     span, **{"rl.num_micro_batches": train_metrics["num_micro_batches"]}
                 )

@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import ray
 from pydantic import ConfigDict, Field, field_validator
 
 import spanspec
@@ -33,10 +32,10 @@ from nemo_rl.algorithms.loss_functions import (
     ClippedValueLossConfig,
 )
 from nemo_rl.data import PromptIterator
-from nemo_rl.distributed import call, init_ray
 from nemo_rl.environments import Problem
+from nemo_rl.models.generation.group import GenerationGroup
 from nemo_rl.models.generation.interface import GenerationConfig
-from nemo_rl.models.policy import PolicyConfig
+from nemo_rl.models.policy import PolicyConfig, PolicyGroup, SharedBatch
 from nemo_rl.utils.checkpoint import CheckpointManager
 from nemo_rl.utils.logger import Logger
 from nemo_rl.utils.timer import Timer
@@ -80,6 +79,17 @@ class MasterConfig(common.RunSections):
     value: PolicyConfig = Field(default_factory=lambda: PolicyConfig(head="scalar"))
     """The value model (critic) and its optimiser; ``head`` must be ``scalar``."""
 
+    def ranks(self) -> list[common.Ranks]:
+        """The policy, value-model and generation ranks."""
+        p = self.ppo
+        return common.rollout_ranks(
+            "ppo",
+            p.num_prompts_per_step,
+            p.num_generations_per_prompt,
+            {"policy": self.policy, "value": self.value},
+            self.generation,
+        )
+
     @field_validator("value")
     @classmethod
     def _value_head_is_scalar(cls, value: PolicyConfig) -> PolicyConfig:
@@ -98,12 +108,12 @@ class PPOSetup:
     cfg: MasterConfig
     task: Task
     train_data: PromptIterator[Problem]
-    policy: Any
-    """Ray actor handle of the policy's ``PolicyWorker``."""
-    value: Any
-    """Ray actor handle of the value model's ``PolicyWorker`` (``head: scalar``)."""
-    generation: Any
-    """Ray actor handle of a ``GenerationInterface`` backend."""
+    policy: PolicyGroup
+    """The policy's ranks (with its frozen reference)."""
+    value: PolicyGroup
+    """The value model's ranks (``head: scalar``)."""
+    generation: GenerationGroup
+    """The generation ranks."""
     checkpoints: CheckpointManager | None
     logger: Logger
     """Opened at ``start_step``."""
@@ -120,7 +130,7 @@ def setup(cfg: MasterConfig) -> PPOSetup:
     """Builds the task, the data, the policy, generation and value workers, resumes from the
     latest checkpoint when there is one, and opens the logger at the step it resumed from;
     returns the ``PPOSetup``."""
-    init_ray(num_cpus=cfg.cluster.num_cpus, address=cfg.cluster.address)
+    common.start_ray(cfg)
     task = common.make_task(cfg.env, cfg.ppo.seed)
     vocab, seed, temperature = task.tokenizer.vocab_size, cfg.ppo.seed, cfg.generation.temperature
     timer = Timer()
@@ -139,7 +149,6 @@ def setup(cfg: MasterConfig) -> PPOSetup:
             reference=False,
         )
         generation = common.spawn_policy_generation(cfg, task, seed, policy)
-        common.wait_ready(policy, value, generation)
     train_data = PromptIterator(task.train, seed=seed)
     checkpoints = common.checkpoint_manager(cfg.checkpointing, cfg.logger)
     start_step = 0
@@ -198,7 +207,7 @@ def ppo_train(s: PPOSetup) -> RunSummary:
             with timer.span("rl.ppo.rollout", **it, **{"rl.batch_size": B}):
                 with timer.span("rl.ppo.generation", **it, **{"rl.batch_size": B}) as span:
                     seed = common.step_seed(ppo.seed, step)
-                    out = common.generate(s.generation, prompt_ids, prompt_mask, seed)
+                    out = s.generation.generate(prompt_ids, prompt_mask, seed=seed)
                     spanspec.annotate(span, **{"rl.num_tokens": common.num_tokens(out)})
                 with timer.span("rl.ppo.reward", **it) as span:
                     rewards, exact = common.score_responses(
@@ -207,15 +216,15 @@ def ppo_train(s: PPOSetup) -> RunSummary:
                     spanspec.annotate(span, **{"rl.reward.mean": float(rewards.mean())})
             batch = common.response_batch(out)
             mask = batch["response_mask"]
-            batch_ref = ray.put(batch)  # sent once, read by the value and both log-prob passes
+            shared = SharedBatch(batch)  # sent once, read by the value and both log-prob passes
 
             # VALUE INFERENCE: the critic's estimate of the return from each response token.
             with timer.span("rl.ppo.value_inference", **it, **{"rl.batch_size": B}):
-                batch["values"] = state_values(ray.get(call(s.value.get_values, batch_ref)))
+                batch["values"] = state_values(s.value.get_values(shared))
             with timer.span("rl.ppo.logprob", **it, **{"rl.batch_size": B}):
-                batch["prev_logprobs"] = ray.get(call(s.policy.get_logprobs, batch_ref))
+                batch["prev_logprobs"] = s.policy.get_logprobs(shared)
             with timer.span("rl.ppo.reference_policy", **it, **{"rl.batch_size": B}):
-                batch["ref_logprobs"] = ray.get(call(s.policy.get_reference_logprobs, batch_ref))
+                batch["ref_logprobs"] = s.policy.get_reference_logprobs(shared)
 
             # ADVANTAGE: GAE over each response's tokens; the returns are the critic's targets.
             with timer.span("rl.ppo.advantage", **it):
@@ -228,12 +237,12 @@ def ppo_train(s: PPOSetup) -> RunSummary:
                 variance = explained_variance(batch["values"], batch["returns"], mask)
 
             with timer.span("rl.ppo.value_update", **it):
-                value_metrics = ray.get(call(s.value.train, batch))
+                value_metrics = s.value.train(batch)
 
             policy_metrics = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_fraction": 0.0}
             if train_policy:  # after the critic's warm-up
                 with timer.span("rl.ppo.policy_update", **it, **{"rl.batch_size": B}) as span:
-                    policy_metrics = ray.get(call(s.policy.train, batch))
+                    policy_metrics = s.policy.train(batch)
                     spanspec.annotate(
                         span, **{"rl.num_micro_batches": policy_metrics["num_micro_batches"]}
                     )

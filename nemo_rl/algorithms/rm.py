@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import ray
 from pydantic import Field, model_validator
 
 import spanspec
@@ -21,7 +20,6 @@ from nemo_rl.algorithms import supervised as sv
 from nemo_rl.algorithms.common import RunResult, RunSummary
 from nemo_rl.algorithms.loss_functions import BradleyTerryLoss
 from nemo_rl.data import PromptIterator, encode_preference_pairs, stack_pair_sides
-from nemo_rl.distributed import call, init_ray
 from nemo_rl.models.causal_lm import last_token_values
 from nemo_rl.models.policy import PolicyConfig
 from nemo_rl.utils.timer import Timer
@@ -62,14 +60,13 @@ def setup(cfg: MasterConfig) -> sv.SupervisedSetup:
     """Builds the task, the pairs and the reward-model worker, resumes from the latest checkpoint
     when there is one, and opens the logger at the step it resumed from; returns the run's
     ``SupervisedSetup``. Starts (or joins) Ray if needed."""
-    init_ray(num_cpus=cfg.cluster.num_cpus, address=cfg.cluster.address)
+    common.start_ray(cfg)
     seed = cfg.rm.seed
     task = common.make_task(cfg.env, seed)
     timer = Timer()
     with timer.span("rl.rm.model_init", **{"rl.model": cfg.policy.model_name}):
         loss, vocab = BradleyTerryLoss(), task.tokenizer.vocab_size
         model = common.spawn_policy(cfg.policy, cfg.cluster, vocab, seed, loss, reference=False)
-        common.wait_ready(model)
     train_pairs, val_pairs = sv.preference_data(task, cfg.rm)
     train_data = PromptIterator(train_pairs, seed=seed)
     checkpoints = common.checkpoint_manager(cfg.checkpointing, cfg.logger)
@@ -112,7 +109,7 @@ def rm_train(s: sv.SupervisedSetup) -> RunSummary:
                 batch = encode_preference_pairs(s.task.tokenizer, s.train_data.next_batch(size))
             # UPDATE: -log sigmoid(r_chosen - r_rejected) per pair, in micro-batches.
             with timer.span("rl.rm.policy_update", **it, **{"rl.batch_size": size}) as span:
-                metrics = ray.get(call(s.policy.train, batch))
+                metrics = s.policy.train(batch)
                 spanspec.annotate(span, **{"rl.num_micro_batches": metrics["num_micro_batches"]})
 
             done = step + 1
@@ -140,7 +137,7 @@ def validate(s: sv.SupervisedSetup, iteration: int) -> dict[str, float]:
     attributes = {"rl.iteration": iteration, "rl.eval.num_samples": len(s.val_data)}
     with s.timer.span("rl.rm.evaluate", **attributes) as span:
         both = stack_pair_sides(encode_preference_pairs(s.task.tokenizer, s.val_data))
-        values = ray.get(call(s.policy.get_values, both))
+        values = s.policy.get_values(both)
         chosen, rejected = last_token_values(values, both["attention_mask"]).chunk(2)
         metrics = sv.preference_metrics(chosen - rejected)
         spanspec.annotate(span, **{"rl.eval.accuracy": metrics["accuracy"]})

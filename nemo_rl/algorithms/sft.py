@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import ray
 from pydantic import Field
 
 import spanspec
@@ -21,7 +20,6 @@ from nemo_rl.algorithms import supervised as sv
 from nemo_rl.algorithms.common import RunResult, RunSummary
 from nemo_rl.algorithms.loss_functions import NLLLoss
 from nemo_rl.data import PromptIterator, encode_completions
-from nemo_rl.distributed import call, init_ray
 from nemo_rl.models.generation.interface import GenerationConfig
 from nemo_rl.utils.timer import Timer
 
@@ -45,6 +43,13 @@ class MasterConfig(sv.SupervisedRunConfig):
     generation: GenerationConfig = Field(default_factory=GenerationConfig)
     """The worker that answers held-out prompts greedily for validation."""
 
+    def ranks(self) -> list[common.Ranks]:
+        """The policy ranks and the generation ranks that validate."""
+        return [
+            *super().ranks(),
+            common.Ranks("generation.num_workers", self.generation.num_workers),
+        ]
+
 
 # -- setup --------------------------------------------------------------------------------------
 
@@ -53,7 +58,7 @@ def setup(cfg: MasterConfig) -> sv.SupervisedSetup:
     """Builds the task, the policy and generation workers, resumes from the latest checkpoint
     when there is one, and opens the logger at the step it resumed from; returns the run's
     ``SupervisedSetup``. Starts (or joins) Ray if needed."""
-    init_ray(num_cpus=cfg.cluster.num_cpus, address=cfg.cluster.address)
+    common.start_ray(cfg)
     seed = cfg.sft.seed
     task = common.make_task(cfg.env, seed)
     timer = Timer()
@@ -63,7 +68,6 @@ def setup(cfg: MasterConfig) -> sv.SupervisedSetup:
             cfg.policy, cfg.cluster, vocab, seed, NLLLoss(), reference=False
         )
         generation = common.spawn_policy_generation(cfg, task, seed, policy)
-        common.wait_ready(policy, generation)
     train_data = PromptIterator(task.train, seed=seed)
     checkpoints = common.checkpoint_manager(cfg.checkpointing, cfg.logger)
     start_step = 0
@@ -108,7 +112,7 @@ def sft_train(s: sv.SupervisedSetup) -> RunSummary:
                 batch = encode_completions(s.task.tokenizer, prompts, answers)
             # POLICY UPDATE: token-mean NLL of the answers, in micro-batches.
             with timer.span("rl.sft.policy_update", **it, **{"rl.batch_size": size}) as span:
-                metrics = ray.get(call(s.policy.train, batch))
+                metrics = s.policy.train(batch)
                 spanspec.annotate(span, **{"rl.num_micro_batches": metrics["num_micro_batches"]})
 
             done = step + 1

@@ -17,6 +17,7 @@ from nemo_rl.algorithms import common
 from nemo_rl.algorithms.common import LoopConfig, RunConfig, Task
 from nemo_rl.data import PreferencePair, PromptIterator, make_preference_pairs
 from nemo_rl.environments import make_problems
+from nemo_rl.models.policy import PolicyGroup
 from nemo_rl.utils.checkpoint import CheckpointManager
 from nemo_rl.utils.logger import Logger
 from nemo_rl.utils.timer import Timer
@@ -71,6 +72,15 @@ class SupervisedRunConfig(RunConfig):
         """Returns the algorithm's own section."""
         return getattr(self, self.SECTION)
 
+    def ranks(self) -> list[common.Ranks]:
+        """The trained model's ranks (SFT adds its generation ranks)."""
+        s, policy = self.section, self.policy
+        size = (
+            (f"{self.SECTION}.batch_size", s.batch_size),
+            ("policy.train_global_batch_size", policy.train_global_batch_size),
+        )
+        return [common.Ranks("policy.num_workers", policy.num_workers, size)]
+
     @model_validator(mode="after")
     def _batch_fits_the_data(self) -> SupervisedRunConfig:
         section = self.section
@@ -104,8 +114,8 @@ class SupervisedSetup:
     """Training examples (problems or preference pairs), in a resumable order."""
     val_data: list[Any]
     """Held-out examples, built from problems never trained on."""
-    policy: Any
-    """Ray actor handle of the trained model's ``PolicyWorker``."""
+    policy: PolicyGroup
+    """The trained model's ranks."""
     checkpoints: CheckpointManager | None
     logger: Logger
     """Opened at ``start_step``."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import threading
 from typing import Any
 
@@ -54,6 +55,25 @@ def telemetry_env_vars() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k.startswith(prefixes)}
 
 
+def unreachable(address: str, timeout_s: float = 5.0) -> str | None:
+    """Why Ray could not join the cluster at ``address`` (``host:port``), or None when its GCS
+    answers within ``timeout_s``. Checked before ``ray.init``, which retries a silent address for
+    minutes. Ray dials 127.0.0.1 / localhost at this machine's network address, so a cluster
+    listening on loopback only is not reachable there: the reason says so."""
+    from ray._private.services import canonicalize_bootstrap_address
+
+    dialled = canonicalize_bootstrap_address(address)
+    if dialled is None:  # "auto" with nothing running, or "local"
+        return f"{address!r} names no running cluster"
+    host, _, port = dialled.rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except (OSError, ValueError) as e:
+        moved = f" (Ray dials {dialled} for {address})" if dialled != address else ""
+        return f"nothing answers at {dialled}{moved}: {e.strerror or e}"
+    return None
+
+
 def init_ray(num_cpus: int = 4, address: str | None = None) -> dict[str, Any]:
     """Joins ``address`` (or ``$RAY_ADDRESS``) if given, else starts a local cluster; returns its resources.
 
@@ -94,6 +114,7 @@ def spawn_actor(
     num_cpus: float = 1.0,
     num_gpus: float = 0.0,
     max_concurrency: int = 1,
+    scheduling_strategy: Any = None,
     **kwargs: Any,
 ) -> Any:
     """Returns a Ray actor handle for ``cls(*args, **kwargs)`` whose process sees the telemetry env.
@@ -109,6 +130,8 @@ def spawn_actor(
         "num_gpus": num_gpus,
         "max_concurrency": max_concurrency,
     }
+    if scheduling_strategy is not None:  # a rank's bundle in its group's placement group
+        options["scheduling_strategy"] = scheduling_strategy
     env_vars = telemetry_env_vars()
     if env_vars:
         options["runtime_env"] = {"env_vars": env_vars}

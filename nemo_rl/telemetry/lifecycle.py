@@ -359,6 +359,8 @@ def init_telemetry_worker(
                 "rl.worker.rank": rank,
                 "rl.worker.world_size": world_size,
                 "rl.worker.group": worker_group,
+                **({"rl.worker.local_rank": local_rank} if local_rank is not None else {}),
+                **({"rl.worker.node": node} if node else {}),
                 "spanspec.groups": ",".join(sorted(groups)),
                 **({"rl.run_id": settings.run_id} if settings.run_id else {}),
             },

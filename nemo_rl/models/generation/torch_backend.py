@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 import spanspec
-from nemo_rl.distributed import carries_trace, close_worker, init_worker
+from nemo_rl.distributed import RankInfo, carries_trace, close_worker, init_worker
 from nemo_rl.models.causal_lm import (
     CACHE_KWARG,
     ModelConfig,
@@ -40,16 +40,18 @@ class TorchGeneration(GenerationInterface):
         eos_token_id: int,
         pad_token_id: int,
         seed: int,
-        rank: int = 0,
-        world_size: int = 1,
+        info: RankInfo | None = None,
     ) -> None:
-        init_worker(rank, world_size, "generation")
+        info = info or RankInfo.alone("generation")
+        init_worker(info)
         self.model_name = model_name
         self.cfg = gen_cfg
         self.eos_token_id = eos_token_id
         self.pad_token_id = pad_token_id
-        self.rank = rank
-        self.model = build_causal_lm(model_cfg, vocab_size, seed).eval()
+        self.rank = info.rank
+        # A rank Ray gave a GPU samples there; else on the CPU.
+        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.model = build_causal_lm(model_cfg, vocab_size, seed).eval().to(self.device)
 
     @carries_trace
     @torch.no_grad()
@@ -89,13 +91,14 @@ class TorchGeneration(GenerationInterface):
         seed: int | None,
         temperature: float,
     ) -> GenerationOutput:
-        gen = torch.Generator()
+        on = self.device
+        gen = torch.Generator(device=on)
         gen.manual_seed(0 if seed is None else seed)
         batch, prompt_len = input_ids.shape
-        ids, mask = input_ids.clone(), attention_mask.clone()
-        logprobs = torch.zeros(batch, prompt_len)
-        response_mask = torch.zeros(batch, prompt_len, dtype=torch.long)
-        done = torch.zeros(batch, dtype=torch.bool)
+        ids, mask = input_ids.to(on), attention_mask.to(on)
+        logprobs = torch.zeros(batch, prompt_len, device=on)
+        response_mask = torch.zeros(batch, prompt_len, dtype=torch.long, device=on)
+        done = torch.zeros(batch, dtype=torch.bool, device=on)
         past = None
         for _ in range(self.cfg.max_new_tokens):
             # With a KV cache only the newest column is fed after the first step.
@@ -123,11 +126,11 @@ class TorchGeneration(GenerationInterface):
             logprobs = torch.cat([logprobs, picked[:, None]], dim=1)
             done = done | (alive & (token == self.eos_token_id))
         return GenerationOutput(
-            output_ids=ids,
-            attention_mask=mask,
-            response_mask=response_mask,
-            logprobs=logprobs,
-            stopped=done,
+            output_ids=ids.cpu(),
+            attention_mask=mask.cpu(),
+            response_mask=response_mask.cpu(),
+            logprobs=logprobs.cpu(),
+            stopped=done.cpu(),
         )
 
     @carries_trace

@@ -29,7 +29,7 @@ from opentelemetry import trace
 import spanspec
 from nemo_rl.data.collate import left_pad
 from nemo_rl.data.tokenizer import CharTokenizer
-from nemo_rl.distributed import carries_trace, close_worker, init_worker
+from nemo_rl.distributed import RankInfo, carries_trace, close_worker, init_worker
 from nemo_rl.models.generation.interface import (
     GenerationConfig,
     GenerationInterface,
@@ -170,10 +170,10 @@ class VllmGeneration(GenerationInterface):
         gen_cfg: GenerationConfig,
         tokenizer: CharTokenizer,
         seed: int,
-        rank: int = 0,
-        world_size: int = 1,
+        info: RankInfo | None = None,
     ) -> None:
-        init_worker(rank, world_size, "generation")
+        info = info or RankInfo.alone("generation")
+        init_worker(info)
         cuda = torch.cuda.is_available()
         os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")  # a training job does not phone home
         if not cuda:
@@ -184,7 +184,7 @@ class VllmGeneration(GenerationInterface):
         self.cfg = gen_cfg
         self.tokenizer = tokenizer
         self.model_name = model_name
-        self.rank = rank
+        self.rank = info.rank
         self._requests = itertools.count()
         tracing = native_tracing_args(vllm)
         with spanspec.span("rl.vllm.load_model", **{"gen_ai.request.model": model_name}):

@@ -5,20 +5,43 @@ The worker knows no algorithm. Each algorithm hands it a :class:`LossFunction` (
 ``nemo_rl.algorithms.loss_functions``): which batch keys it needs, what count its sums are
 averaged over (response tokens, pairs, sequences), and ``(loss_sum, stat_sums)`` for a
 micro-batch. The worker accumulates gradients over micro-batches, steps the optimiser, and
-returns the loss and every statistic the loss reported, averaged over that count.
+returns the sums of the loss and every statistic the loss reported with the count they average
+over (:class:`TrainStats`).
+
+A role with several ranks trains data-parallel: each rank is handed its part of every global
+mini-batch (:func:`nemo_rl.distributed.batches.split_minibatches`), backpropagates its loss
+*sums*, and the ranks sum their gradients and their counts in one all-reduce (the
+``rl.worker.allreduce`` span) before dividing by the global count. The update is then the one a
+single rank would make on the whole batch: the loss is normalised over the global batch (global
+token counts, not a mean of per-rank means), gradient clipping sees the global norm, and every
+rank steps the same optimiser state to the same weights. An explicit all-reduce rather than
+DDP: one collective per optimiser step (DDP would reduce every micro-batch unless told not to),
+a sum rather than DDP's mean (the global normalizer is not the number of ranks), and one span
+that shows the time a fast rank waits for a slow one.
 """
 
 from __future__ import annotations
 
 import copy
 import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
+import ray
 import torch
+import torch.distributed as dist
 from pydantic import BaseModel, ConfigDict, Field
 
 import spanspec
-from nemo_rl.distributed import carries_trace, close_worker, init_worker
+from nemo_rl.distributed import (
+    RankInfo,
+    carries_trace,
+    close_worker,
+    free_port,
+    init_worker,
+    join_process_group,
+)
 from nemo_rl.models.causal_lm import (
     ModelConfig,
     build_causal_lm,
@@ -28,7 +51,7 @@ from nemo_rl.models.causal_lm import (
 )
 from spanspec.export import TelemetryCost
 
-__all__ = ["LossFunction", "PolicyConfig", "PolicyWorker", "read_policy_checkpoint"]
+__all__ = ["LossFunction", "PolicyConfig", "PolicyWorker", "TrainStats", "read_policy_checkpoint"]
 
 Batch = dict[str, torch.Tensor]
 
@@ -72,16 +95,62 @@ class PolicyConfig(BaseModel):
     """AdamW weight decay."""
     max_grad_norm: float = Field(1.0, gt=0.0)
     """Gradients are clipped to this global norm."""
+    num_workers: int = Field(1, ge=1)
+    """Ranks of this role (data-parallel): each trains on its share of every mini-batch and
+    scores its share of every batch."""
     train_global_batch_size: int = Field(64, ge=1)
-    """Sequences per optimiser step; a step's batch larger than this takes several steps."""
+    """Sequences per optimiser step, over all ranks; a step's batch larger than this takes
+    several steps. ``num_workers`` must divide it."""
     train_micro_batch_size: int = Field(64, ge=1)
-    """Sequences per forward/backward; gradients accumulate over micro-batches."""
+    """Sequences per forward/backward on one rank; gradients accumulate over micro-batches."""
     logprob_batch_size: int = Field(128, ge=1)
-    """Sequences per forward when scoring log-probs or values."""
+    """Sequences per forward on one rank when scoring log-probs or values."""
     train_passes: int = Field(2, ge=1)
     """Passes over each step's batch (PPO-style epochs); the ratio clip keeps later passes safe."""
     checkpoint: str | None = None
     """Start from these weights instead of random ones: a ``policy.pt``, or a run's ``step_<n>/`` folder."""
+
+
+@dataclass
+class TrainStats:
+    """What one rank's ``train`` saw; :meth:`merge` turns the ranks' stats into the step's
+    metrics, averaged over the global count."""
+
+    sums: dict[str, float]
+    """``loss`` and every statistic the loss reported, summed over this rank's micro-batches."""
+    count: float
+    """The loss's normalizer over this rank's rows (tokens, pairs, ...), every pass counted."""
+    grad_norms: list[float] = field(default_factory=list)
+    """The pre-clip global gradient norm of each optimiser step (the same on every rank)."""
+    lr: float = 0.0
+    """The learning rate of the last optimiser step."""
+    num_micro_batches: int = 0
+    """Forward/backward passes this rank ran, every pass counted."""
+    num_tokens: float | None = None
+    """Attended tokens of this rank's rows (over every ``*attention_mask``: both sides of a pair)."""
+
+    def metrics(self) -> dict[str, float]:
+        """Returns this rank's metrics alone (a group of one)."""
+        return TrainStats.merge([self])
+
+    @staticmethod
+    def merge(ranks: Sequence[TrainStats]) -> dict[str, float]:
+        """Returns the step's metrics from every rank's stats: ``loss`` and each statistic
+        averaged over the global count, the mean pre-clip ``grad_norm``, the ``lr`` used,
+        ``num_optimizer_steps``, ``num_micro_batches`` (per rank) and ``num_tokens`` (all ranks)."""
+        count = max(sum(r.count for r in ranks), 1.0)
+        keys = dict.fromkeys(k for r in ranks for k in r.sums)
+        out = {k: sum(r.sums.get(k, 0.0) for r in ranks) / count for k in keys}
+        first = ranks[0]
+        out.update(
+            grad_norm=sum(first.grad_norms) / max(len(first.grad_norms), 1),
+            lr=first.lr,
+            num_optimizer_steps=float(len(first.grad_norms)),
+            num_micro_batches=first.num_micro_batches,
+        )
+        if first.num_tokens is not None:
+            out["num_tokens"] = sum(r.num_tokens or 0.0 for r in ranks)
+        return out
 
 
 class PolicyWorker:
@@ -94,21 +163,25 @@ class PolicyWorker:
         seed: int,
         loss_fn: LossFunction | None = None,
         temperature: float = 1.0,
-        rank: int = 0,
-        world_size: int = 1,
-        group: str = "policy",
         reference: bool = True,
+        info: RankInfo | None = None,
     ) -> None:
-        init_worker(rank, world_size, group)
+        self.info = info or RankInfo.alone("policy")
+        init_worker(self.info)
         self.cfg = cfg
-        self.rank = rank
-        self.group = group
+        self.rank = self.info.rank
+        self.group = self.info.group
         self.loss_fn = loss_fn
         self.temperature = temperature
+        # A rank Ray gave a GPU trains there (NCCL between ranks); else on the CPU (gloo).
+        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         build = build_causal_lm if cfg.head == "lm" else build_scalar_model
-        self.model = build(cfg.model, vocab_size, seed)
+        self.model = build(
+            cfg.model, vocab_size, seed
+        )  # the same seed: the same start on every rank
         if cfg.checkpoint:
             self.model.load_state_dict(read_policy_checkpoint(cfg.checkpoint)["model"])
+        self.model.to(self.device)
         # The reference is the model as it starts; frozen, it anchors a KL term or a DPO margin.
         self.reference = (
             copy.deepcopy(self.model).eval().requires_grad_(False) if reference else None
@@ -121,16 +194,30 @@ class PolicyWorker:
             self.optimizer, lambda i: min(1.0, (i + 1) / warmup) if warmup else 1.0
         )
 
-    @carries_trace
-    def train(self, batch: Batch, loss_fn: LossFunction | None = None) -> dict[str, float]:
-        """Runs ``train_passes`` passes over ``batch`` in optimiser steps of ``train_global_batch_size``.
+    # -- the process group (a role of several ranks) ------------------------------------------
 
-        Trains with ``loss_fn`` (default: the one given at construction). Returns ``loss`` and
-        each statistic the loss reported, averaged over the loss's normalizer; the mean pre-clip
-        ``grad_norm``, the ``lr`` used, ``num_tokens`` (the batch's attended tokens, over every
-        ``*attention_mask``, so both sides of a pair count), ``num_optimizer_steps`` and
-        ``num_micro_batches`` (forward/backward passes, every pass counted). Raises
-        ``ValueError`` if the loss's batch keys are missing or no loss was given.
+    @carries_trace
+    def rendezvous(self) -> tuple[str, int]:
+        """Returns where the group's ranks meet (this node's address and a free port); asked of
+        rank 0, never a fixed port."""
+        return ray.util.get_node_ip_address(), free_port()
+
+    @carries_trace
+    def join(self, address: str, port: int) -> None:
+        """Joins this rank to its role's ``torch.distributed`` group at ``address:port``."""
+        join_process_group(self.info, address, port)
+
+    # -- training -----------------------------------------------------------------------------
+
+    @carries_trace
+    def train(self, batch: Batch, loss_fn: LossFunction | None = None) -> TrainStats:
+        """Runs ``train_passes`` passes over this rank's rows in optimiser steps of its share of
+        each global mini-batch (``train_global_batch_size / world_size`` rows), micro-batches of
+        ``train_micro_batch_size``.
+
+        Trains with ``loss_fn`` (default: the one given at construction). Returns this rank's
+        :class:`TrainStats` (``TrainStats.merge`` of every rank's gives the step's metrics).
+        Raises ``ValueError`` if the loss's batch keys are missing or no loss was given.
         """
         loss_fn = loss_fn or self.loss_fn
         if loss_fn is None:
@@ -140,54 +227,72 @@ class PolicyWorker:
             raise ValueError(f"train batch is missing {sorted(missing)}")
         self.model.train()
         size = next(iter(batch.values())).shape[0]
-        gbs, mbs = self.cfg.train_global_batch_size, self.cfg.train_micro_batch_size
-        sums: dict[str, float] = {"loss": 0.0}
-        count = 0.0
-        grad_norms, lrs = [], []
-        micro = 0
-        starts = [s for _ in range(self.cfg.train_passes) for s in range(0, size, gbs)]
+        local_gbs = max(1, self.cfg.train_global_batch_size // self.info.world_size)
+        mbs = self.cfg.train_micro_batch_size
+        stats = TrainStats(sums={"loss": 0.0}, count=0.0)
+        starts = [s for _ in range(self.cfg.train_passes) for s in range(0, size, local_gbs)]
         for start in starts:
-            mini = {k: v[start : start + gbs] for k, v in batch.items()}
-            # Mean over the whole mini-batch, so the micro-batch split does not change the loss.
-            mini_count = float(loss_fn.normalizer(mini).clamp(min=1))
+            mini = {k: v[start : start + local_gbs] for k, v in batch.items()}
+            mini_count = 0.0
             for m_start in range(0, len(next(iter(mini.values()))), mbs):
-                mb = {k: v[m_start : m_start + mbs] for k, v in mini.items()}
+                mb = {k: v[m_start : m_start + mbs].to(self.device) for k, v in mini.items()}
                 with spanspec.span(
                     "rl.worker.train_microbatch",
                     **{
-                        "rl.micro_batch": micro,
+                        "rl.micro_batch": stats.num_micro_batches,
                         "rl.batch_size": len(next(iter(mb.values()))),
                         "rl.worker.rank": self.rank,
                     },
                 ):
-                    loss, stats = loss_fn(self.model, mb)
-                    (loss / mini_count).backward()
-                sums["loss"] += float(loss.detach())
-                for key, value in stats.items():
-                    sums[key] = sums.get(key, 0.0) + float(value)
-                count += float(loss_fn.normalizer(mb))
-                micro += 1
+                    loss, loss_stats = loss_fn(self.model, mb)
+                    loss.backward()  # a sum: divided by the global count once all ranks add up
+                stats.sums["loss"] += float(loss.detach())
+                for key, value in loss_stats.items():
+                    stats.sums[key] = stats.sums.get(key, 0.0) + float(value)
+                mini_count += float(loss_fn.normalizer(mb))
+                stats.num_micro_batches += 1
+            stats.count += mini_count
+            self._average_gradients(mini_count)
             with spanspec.span("rl.worker.optimizer_step", **{"rl.worker.rank": self.rank}):
                 grad_norm = torch.nn.utils.clip_grad_norm_(
                     self.model.parameters(), self.cfg.max_grad_norm
                 )
-                lrs.append(self.optimizer.param_groups[0]["lr"])
+                stats.lr = self.optimizer.param_groups[0]["lr"]
                 self.optimizer.step()
                 self.scheduler.step()
                 self.optimizer.zero_grad(set_to_none=True)
-            grad_norms.append(float(grad_norm))
-        count = max(count, 1.0)
-        result = {key: value / count for key, value in sums.items()}
-        result.update(
-            grad_norm=sum(grad_norms) / len(grad_norms),
-            lr=lrs[-1],
-            num_optimizer_steps=float(len(grad_norms)),
-            num_micro_batches=micro,
-        )
+            stats.grad_norms.append(float(grad_norm))
         masks = [v for k, v in batch.items() if k.endswith("attention_mask")]  # pairs: both sides
         if masks:
-            result["num_tokens"] = float(sum(m.sum() for m in masks))
-        return result
+            stats.num_tokens = float(sum(m.sum() for m in masks))
+        return stats
+
+    def _average_gradients(self, count: float) -> None:
+        """Divides the gradients (of loss sums) by the mini-batch's count over every rank, after
+        summing them over the ranks: one all-reduce of the flattened gradients and the count."""
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        if self.info.world_size > 1:
+            grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+            total = torch.tensor([count], dtype=grads[0].dtype, device=self.device)
+            flat = torch.cat([*(g.reshape(-1) for g in grads), total])
+            with spanspec.span(
+                "rl.worker.allreduce",
+                **{
+                    "rl.worker.rank": self.rank,
+                    "rl.collective.num_bytes": flat.numel() * flat.element_size(),
+                },
+            ):
+                dist.all_reduce(flat)
+            count = float(flat[-1])
+            offset = 0
+            for p in params:
+                n = p.numel()
+                p.grad = flat[offset : offset + n].view_as(p).clone()
+                offset += n
+        scale = 1.0 / max(count, 1.0)
+        for p in params:
+            if p.grad is not None:
+                p.grad.mul_(scale)
 
     @carries_trace
     @torch.no_grad()
@@ -240,11 +345,15 @@ class PolicyWorker:
                 "rl.worker.rank": self.rank,
             },
         ):
-            step = self.cfg.logprob_batch_size
+            step, on = self.cfg.logprob_batch_size, self.device
             chunks = [
-                model(ids[i : i + step], mask[i : i + step])
-                if scalar
-                else lm_scores(model, ids[i : i + step], mask[i : i + step], self.temperature)
+                (
+                    model(ids[i : i + step].to(on), mask[i : i + step].to(on))
+                    if scalar
+                    else lm_scores(
+                        model, ids[i : i + step].to(on), mask[i : i + step].to(on), self.temperature
+                    )
+                ).cpu()
                 for i in range(0, ids.shape[0], step)
             ]
         return torch.cat(chunks)
@@ -253,6 +362,11 @@ class PolicyWorker:
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Returns a detached CPU copy of the model weights, for the generation workers."""
         return {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
+
+    @carries_trace
+    def weight_bytes(self) -> int:
+        """Returns the size of the model's weights in bytes (what a weight sync moves)."""
+        return sum(v.numel() * v.element_size() for v in self.model.state_dict().values())
 
     @carries_trace
     def save_checkpoint(self, path: str) -> str:
@@ -295,5 +409,5 @@ def read_policy_checkpoint(path: str) -> dict[str, Any]:
     (``policy/policy.pt``); raises ``FileNotFoundError`` when there is none."""
     for file in (path, os.path.join(path, "policy.pt"), os.path.join(path, "policy", "policy.pt")):
         if os.path.isfile(file):
-            return torch.load(file, weights_only=True)
+            return torch.load(file, weights_only=True, map_location="cpu")
     raise FileNotFoundError(f"{path}: no policy.pt there (nor in {path}/policy/)")

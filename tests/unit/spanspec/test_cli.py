@@ -114,7 +114,7 @@ def test_groups():
     done = run("groups", "per_step,-generation")
     assert done.returncode == 0
     lines = done.stdout.splitlines()
-    assert lines[0] == "'per_step,-generation': 14 of 18 groups, 66 of 95 spans enabled"
+    assert lines[0] == "'per_step,-generation': 15 of 19 groups, 67 of 96 spans enabled"
     assert any(line.split() == ["step", "-", "preset", "per_step", "7"] for line in lines)
     assert "disabled groups: job, generation, load_checkpoint, model_init" in lines
     assert any(
@@ -189,8 +189,8 @@ def test_live_check_of_a_truncated_file_is_not_an_error(tmp_path):
     done = run("live-check", str(path), "--level", "improvement")
     assert done.returncode == 0
     assert done.stdout.splitlines()[-1] == (
-        "spanspec live-check: 0 violation(s), 0 improvement(s), 19 information "
-        "(19 below --level improvement not shown)"
+        "spanspec live-check: 0 violation(s), 0 improvement(s), 20 information "
+        "(20 below --level improvement not shown)"
     )
 
 

@@ -10,7 +10,14 @@ import pytest
 import ray
 
 import spanspec
-from nemo_rl.distributed import call, carries_trace, close_worker, init_worker, spawn_actor
+from nemo_rl.distributed import (
+    RankInfo,
+    call,
+    carries_trace,
+    close_worker,
+    init_worker,
+    spawn_actor,
+)
 from spanspec.testing import capture
 
 pytestmark = pytest.mark.ray
@@ -20,7 +27,7 @@ ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 class SyncWorker:
     def __init__(self, rank: int, world_size: int) -> None:
-        init_worker(rank, world_size, "policy")
+        init_worker(RankInfo("policy", rank, world_size))
         self.rank = rank
 
     @carries_trace
@@ -49,7 +56,7 @@ class SyncWorker:
 
 class AsyncWorker:
     def __init__(self, rank: int, world_size: int) -> None:
-        init_worker(rank, world_size, "generation")
+        init_worker(RankInfo("generation", rank, world_size))
 
     @carries_trace
     async def work(self, n: int) -> int:
@@ -64,7 +71,7 @@ class AsyncWorker:
 class LoadingWorker:
     @carries_trace
     def __init__(self, rank: int, world_size: int) -> None:
-        init_worker(rank, world_size, "generation")
+        init_worker(RankInfo("generation", rank, world_size))
         with spanspec.span("rl.vllm.load_model", **{"gen_ai.request.model": "tiny"}):
             pass
 

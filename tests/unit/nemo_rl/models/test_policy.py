@@ -52,7 +52,7 @@ def test_training_raises_good_and_lowers_bad_sequences():
     adv = torch.tensor([1.0, -1.0] * 4)
     batch = _batch(policy, adv)
     before = _seq_logprob(policy, batch)
-    metrics = policy.train(batch)
+    metrics = policy.train(batch).metrics()
     after = _seq_logprob(policy, batch)
     assert metrics["num_optimizer_steps"] == 2  # 8 sequences in steps of 4
     assert metrics["grad_norm"] > 0 and metrics["lr"] == 1e-2
@@ -76,7 +76,7 @@ def test_micro_batching_does_not_change_the_update():
         )
         policy = PolicyWorker(cfg, TOK.vocab_size, seed=0, loss_fn=GRPO_LOSS)
         batch = _batch(policy, torch.tensor([1.0, -1.0] * 4))
-        m = policy.train(batch)
+        m = policy.train(batch).metrics()
         results.append((m["loss"], policy.state_dict()))
     assert abs(results[0][0] - results[1][0]) < 1e-6
     for k, v in results[0][1].items():
@@ -96,7 +96,7 @@ def test_checkpoint_round_trip_restores_model_and_optimizer(tmp_path):
     b = PolicyWorker(cfg, TOK.vocab_size, seed=0, loss_fn=GRPO_LOSS)
     b.load_checkpoint(str(tmp_path))
     # the next update is identical: weights, Adam moments and schedule all came back
-    ma, mb = a.train(batch), b.train(batch)
+    ma, mb = a.train(batch).metrics(), b.train(batch).metrics()
     assert ma == mb
     for k, v in a.state_dict().items():
         assert torch.equal(v, b.state_dict()[k])
@@ -123,7 +123,7 @@ def test_worker_trains_with_any_loss_and_reports_its_statistics():
     batch = _batch(PolicyWorker(cfg, TOK.vocab_size, seed=0), torch.zeros(8))
     batch = {k: batch[k] for k in ("input_ids", "attention_mask", "response_mask")}
     before = _seq_logprob(policy, batch).mean()
-    metrics = policy.train(batch)
+    metrics = policy.train(batch).metrics()
     assert _seq_logprob(policy, batch).mean() > before
     # the loss's own statistic, averaged over its normalizer (sequences): 4 micro-batches of 2
     assert set(metrics) >= {"loss", "seq_logprob", "rows", "grad_norm", "lr", "num_tokens"}
