@@ -4,9 +4,10 @@
   scrapes it, and the run's `rl.*` series come back through its HTTP API labelled with the run's
   id, role and rank;
 - push (remote write): 12 processes started the project's own way (`init_telemetry_worker`)
-  push at once, and Prometheus holds each one's series with its rank; with Prometheus down for a
-  whole GRPO run, the run ends within its bound and counts every point it could not deliver as
-  dropped.
+  push at once, and Prometheus holds each one's series with its rank; a GRPO run with 2 policy
+  and 2 generation ranks pushes one series per rank, labelled with the ranks its worker groups
+  gave; with Prometheus down for a whole GRPO run, the run ends within its bound and counts every
+  point it could not deliver as dropped.
 """
 
 from __future__ import annotations
@@ -214,3 +215,45 @@ def test_prometheus_down_for_the_whole_run_ends_in_time_and_counts_the_points(tm
     assert points > 0 and dropped == points, line
     assert f"remote write http://127.0.0.1:{closed}/api/v1/write failed" in out, out[-3000:]
     assert elapsed < 300, elapsed  # never hung on the dead endpoint (each push fails at once)
+
+
+def test_a_data_parallel_run_pushes_one_series_per_rank(scraped, tmp_path):
+    """A GRPO run with 2 policy and 2 generation ranks (the project's worker groups, real Ray),
+    every rank exporting and pushing: each rank's series carry the rank the worker group gave it,
+    so the generation ranks' token counts are two series of one run, never one."""
+    api, _, _ = scraped
+    run_id = "dp-push"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "examples/run_grpo.py",
+            f"logger.log_dir={tmp_path / 'run'}",
+            "logger.tqdm=false",
+            "grpo.max_steps=2",
+            "grpo.num_prompts_per_step=4",
+            "grpo.val_period=0",
+            "checkpointing.enabled=false",
+            "policy.num_workers=2",
+            "generation.num_workers=2",
+            "cluster.num_cpus=4",
+            "cluster.worker_num_cpus=1",
+            "telemetry.exporter=prometheus",
+            "telemetry.export_strategy=all_ranks",
+            f"telemetry.prometheus_remote_write_url=http://127.0.0.1:{api}/api/v1/write",
+            f"telemetry.run_id={run_id}",
+        ],
+        cwd=ROOT,
+        env=run_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    assert "metric points (0 dropped)" in proc.stdout, proc.stdout[-3000:]
+    selector = f'{{rl_run_id="{run_id}"}}'
+    usage = prometheus_series(api, "gen_ai_client_token_usage_count" + selector)
+    ranks = {(r["metric"]["rl_worker_group"], r["metric"]["rl_worker_rank"]) for r in usage}
+    assert ranks == {("generation", "0"), ("generation", "1")}, ranks
+    info = prometheus_series(api, "target_info" + selector)
+    processes = {(r["metric"]["rl_worker_group"], r["metric"]["rl_worker_rank"]) for r in info}
+    assert {("driver", "0"), ("generation", "0"), ("generation", "1")} <= processes, processes
