@@ -102,7 +102,7 @@ def run_loop(loop: Loop, argv: Sequence[str] | None = None, doc: str | None = No
         message, code = _worker_failure(e)
         return _fail(message, code, shutdown=True)
     except WorkerDied as e:  # the loop found a worker dead or silent and said which
-        return _fail(str(e), EXIT_FAILED, shutdown=True)
+        return _fail(str(e), EXIT_TERMINATED if e.terminated else EXIT_FAILED, shutdown=True)
     except (KeyboardInterrupt, SystemExit):
         # SIGTERM reaches a blocked ray.get as KeyboardInterrupt or SystemExit, whichever Ray
         # makes of it; only the flag says it was ours.

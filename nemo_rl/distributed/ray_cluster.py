@@ -30,8 +30,13 @@ __all__ = [
 class WorkerDied(RuntimeError):
     """A worker the driver depends on stopped or went silent; the message names it.
 
-    The entry point reports it as one line and exits 1.
+    The entry point reports it as one line and exits 1, or 143 when ``terminated`` (the worker
+    was stopped by SIGTERM from outside).
     """
+
+    def __init__(self, message: str, terminated: bool = False) -> None:
+        super().__init__(message)
+        self.terminated = terminated
 
 
 def telemetry_env_prefixes(spec: Spec | None = None) -> tuple[str, ...]:
