@@ -73,7 +73,9 @@ def run_once(path: str, ports: dict[str, int], stack_env: dict, args, folder: Pa
     env = run_env(
         **otlp,
         NEMO_RL_OTEL_EXPORTER="otlp,prometheus,file",
-        NEMO_RL_OTEL_PROMETHEUS_PORT=str(free_port()),
+        NEMO_RL_OTEL_PROMETHEUS_REMOTE_WRITE_URL=(
+            f"http://127.0.0.1:{ports['PROMETHEUS_PORT']}/api/v1/write"
+        ),
     )
     traces = log_dir / "telemetry" / "traces.jsonl"
     start = time.monotonic()
@@ -145,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     names = ("PHOENIX_PORT", "PHOENIX_GRPC_PORT", "ROTEL_GRPC_PORT", "ROTEL_HTTP_PORT")
-    ports = {name: free_port() for name in (*names, "PROMETHEUS_PORT", "METRICS_PORT")}
+    ports = {name: free_port() for name in (*names, "PROMETHEUS_PORT")}
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench_restart_") as tmp:
         stack_env = run_env(

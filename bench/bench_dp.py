@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{'step':42} {one.mean_step_s:9.3f} {two.mean_step_s:10.3f} "
         f"{two.mean_step_s / one.mean_step_s:6.2f}"
     )
-    for key in dict.fromkeys([*a, *b]):
+    for key in dict.fromkeys([*b, *a]):  # two ranks have every phase, the all-reduce too
         p, q = a.get(key), b.get(key)
         label = "  " * key[0] + key[1]
         x = p.mean_s if p else 0.0

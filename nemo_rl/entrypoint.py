@@ -30,7 +30,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from nemo_rl.algorithms.common import RunResult
+from nemo_rl.algorithms.common import RunResult, cluster_address_problem
 from nemo_rl.algorithms.task import run_inputs
 from nemo_rl.distributed import WorkerDied
 from nemo_rl.telemetry import RunIdentity, init_telemetry_driver, job_cost, shutdown_telemetry
@@ -82,6 +82,8 @@ def run_loop(loop: Loop, argv: Sequence[str] | None = None, doc: str | None = No
             max_steps=getattr(cfg, loop.name).max_steps,
             inputs=inputs.attributes(),
         )
+        if problem := cluster_address_problem(cfg.cluster):  # before anything starts
+            raise ConfigError([problem])
         # Telemetry first: it writes NEMO_RL_OTEL_* for the Ray workers, so it precedes ray.init.
         handle = init_telemetry_driver(cfg.telemetry, identity)
     except (ConfigError, SettingsError, SpecError, ValidationError) as e:
@@ -104,7 +106,7 @@ def run_loop(loop: Loop, argv: Sequence[str] | None = None, doc: str | None = No
         message, code = _worker_failure(e)
         return _fail(message, code, shutdown=True)
     except WorkerDied as e:  # the loop found a worker dead or silent and said which
-        return _fail(str(e), EXIT_FAILED, shutdown=True)
+        return _fail(str(e), EXIT_TERMINATED if e.terminated else EXIT_FAILED, shutdown=True)
     except (KeyboardInterrupt, SystemExit):
         # SIGTERM reaches a blocked ray.get as KeyboardInterrupt or SystemExit, whichever Ray
         # makes of it; only the flag says it was ours.

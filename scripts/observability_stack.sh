@@ -1,23 +1,31 @@
 #!/usr/bin/env bash
 # A local observability stack on 127.0.0.1, each part from its own registry package:
 #
-#   rotel       OTLP collector (PyPI `rotel`)      gRPC :4317, HTTP :4318  -> Phoenix
+#   rotel       OTLP collector (PyPI `rotel`)      gRPC :4317, HTTP :4318; traces -> Phoenix,
+#                                                  metrics -> the metrics bridge
 #   Phoenix     traces UI (PyPI `arize-phoenix`)   UI and OTLP/HTTP :6006 (its gRPC on :4319)
-#   Prometheus  metrics (Debian `prometheus`)      UI and API :9090, scrapes :9464-9471/metrics
+#   Prometheus  metrics (Debian `prometheus`)      UI, API and remote-write receiver :9090
+#   bridge      scripts/metrics_bridge.py          OTLP/HTTP metrics in, remote write out :9201
 #
-# Runs send spans to rotel, which batches and retries (every 1-5 s, for ROTEL_RETRY_FOR: 300s), so
-# a restarting Phoenix loses nothing; every exporting process serves its metrics on the first free
-# port from 9464 for Prometheus.
+# Each signal goes where it is kept. Spans go to rotel, which batches and retries (every 1-5 s,
+# for ROTEL_RETRY_FOR: 300s), so a restarting Phoenix loses nothing. Metrics end in Prometheus
+# either way a run sends them: with the settings `up` prints, every exporting process pushes them
+# to Prometheus's remote-write receiver itself (the last export at shutdown too; a failed push is
+# in the run's own dropped count); sent by OTLP (`exporter: otlp`), rotel routes them to the
+# bridge, which pushes them the same way (rotel has no exporter Prometheus 2.42 takes, and
+# Prometheus takes OTLP only from 2.47). Either way each series carries the run id, role and
+# rank. rotel refuses logs at the door (nothing here keeps them), so a run that sends them is told
+# at once and keeps them in its logs.jsonl.
 #
 #   bash scripts/observability_stack.sh install   # the stack's venv (.stack/venv); ~850 MB, minutes
 #   bash scripts/observability_stack.sh up        # install if needed, start, print the settings
-#   bash scripts/observability_stack.sh status
+#   bash scripts/observability_stack.sh status [RUN_ID]  # what runs; what the stack holds of a run
 #   bash scripts/observability_stack.sh restart phoenix  # same ports and data: earlier traces stay
 #   bash scripts/observability_stack.sh down      # stop what `up` started (its pid files)
 #
 # Phoenix has its own venv because it pins its own OpenTelemetry and web stack. Ports and the
-# folders are environment variables: STACK_DIR, STACK_VENV, PHOENIX_PORT, PHOENIX_GRPC_PORT, ROTEL_GRPC_PORT,
-# ROTEL_HTTP_PORT, PROMETHEUS_PORT, METRICS_PORT (the first of METRICS_PORTS ports), ROTEL_RETRY_FOR.
+# folders are environment variables: STACK_DIR, STACK_VENV, PHOENIX_PORT, PHOENIX_GRPC_PORT,
+# ROTEL_GRPC_PORT, ROTEL_HTTP_PORT, PROMETHEUS_PORT, BRIDGE_PORT, ROTEL_RETRY_FOR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STACK_DIR=$(mkdir -p "${STACK_DIR:-.stack}" && cd "${STACK_DIR:-.stack}" && pwd)
@@ -26,8 +34,7 @@ PHOENIX_GRPC_PORT=${PHOENIX_GRPC_PORT:-4319}
 ROTEL_GRPC_PORT=${ROTEL_GRPC_PORT:-4317}
 ROTEL_HTTP_PORT=${ROTEL_HTTP_PORT:-4318}
 PROMETHEUS_PORT=${PROMETHEUS_PORT:-9090}
-METRICS_PORT=${METRICS_PORT:-9464}
-METRICS_PORTS=${METRICS_PORTS:-8}
+BRIDGE_PORT=${BRIDGE_PORT:-9201}
 ROTEL_RETRY_FOR=${ROTEL_RETRY_FOR:-300s}
 VENV=${STACK_VENV:-$STACK_DIR/venv}
 PHOENIX_SPEC=${PHOENIX_SPEC:-arize-phoenix>=12}
@@ -37,10 +44,12 @@ die() { echo "stack: error: $*" >&2; exit 2; }
 
 install() {
   if [ ! -x "$VENV/bin/phoenix" ] || [ ! -x "$VENV/bin/python" ] ||
-     ! "$VENV/bin/python" -c 'import rotel, phoenix.client' 2>/dev/null; then
-    say "installing Phoenix and rotel into $VENV (once; a few minutes)"
+     ! "$VENV/bin/python" -c 'import rotel, phoenix.client, cramjam, opentelemetry.exporter.prometheus' 2>/dev/null; then
+    say "installing Phoenix, rotel and the bridge's packages into $VENV (once; a few minutes)"
     [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "$PHOENIX_SPEC" rotel
+    # The bridge (scripts/metrics_bridge.py) uses spanspec's remote write: its two packages.
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "$PHOENIX_SPEC" rotel \
+      opentelemetry-exporter-prometheus 'cramjam>=2.8'
   fi
   if ! command -v prometheus >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
@@ -73,20 +82,14 @@ start() {  # name command...
   echo $! >"$STACK_DIR/$name.pid"
 }
 
+# Runs and the bridge push metrics (remote write): nothing to scrape, nothing to discover, and
+# nothing to stop looking for when a run ends.
 prometheus_config() {
-  local targets="" port
-  for ((port = METRICS_PORT; port < METRICS_PORT + METRICS_PORTS; port++)); do
-    targets+="'127.0.0.1:$port', "
-  done
   cat >"$STACK_DIR/prometheus.yml" <<EOF
-# Written by scripts/observability_stack.sh: every process of a run serves /metrics on the first
-# free port from $METRICS_PORT (telemetry.exporter includes prometheus).
+# Written by scripts/observability_stack.sh: runs push their metrics to /api/v1/write
+# (telemetry.exporter includes prometheus, telemetry.prometheus_remote_write_url is set).
 global:
-  scrape_interval: 2s
-scrape_configs:
-  - job_name: nemo-rl
-    static_configs:
-      - targets: [${targets%, }]
+  scrape_interval: 15s
 EOF
 }
 
@@ -102,7 +105,16 @@ start_prometheus() {
   prometheus_config
   start prometheus prometheus --config.file="$STACK_DIR/prometheus.yml" \
     --storage.tsdb.path="$STACK_DIR/prometheus-data" \
-    --web.listen-address="127.0.0.1:$PROMETHEUS_PORT"
+    --web.listen-address="127.0.0.1:$PROMETHEUS_PORT" \
+    --web.enable-remote-write-receiver
+}
+
+# The resource attributes the bridge makes labels: nemo_rl's run and lane attributes (its
+# registry's conventions), as a pushing process does.
+start_bridge() {
+  start bridge "$VENV/bin/python" scripts/metrics_bridge.py --listen "127.0.0.1:$BRIDGE_PORT" \
+    --remote-write "http://127.0.0.1:$PROMETHEUS_PORT/api/v1/write" \
+    --label rl.run_id --label rl.worker.group --label rl.worker.rank
 }
 
 # rotel's own retry defaults (first retry after 5 s, then up to 30 s apart) would leave a
@@ -111,8 +123,10 @@ start_rotel() {
   start rotel "$(rotel_agent)" start \
     --otlp-grpc-endpoint "127.0.0.1:$ROTEL_GRPC_PORT" \
     --otlp-http-endpoint "127.0.0.1:$ROTEL_HTTP_PORT" \
+    --otlp-receiver-logs-disabled \
     --exporter otlp --otlp-exporter-protocol http \
     --otlp-exporter-endpoint "http://127.0.0.1:$PHOENIX_PORT" \
+    --otlp-exporter-metrics-endpoint "http://127.0.0.1:$BRIDGE_PORT/v1/metrics" \
     --otlp-exporter-retry-initial-backoff 1s --otlp-exporter-retry-max-backoff 5s \
     --otlp-exporter-retry-max-elapsed-time "$ROTEL_RETRY_FOR" \
     --batch-timeout 200ms
@@ -121,33 +135,49 @@ start_rotel() {
 wait_phoenix() { wait_http phoenix "http://127.0.0.1:$PHOENIX_PORT/healthz" 240; }
 wait_prometheus() { wait_http prometheus "http://127.0.0.1:$PROMETHEUS_PORT/-/ready" 60; }
 
-wait_rotel() {
-  local deadline=$((SECONDS + 20))
-  until python3 -c "import socket, sys; socket.create_connection(('127.0.0.1', int(sys.argv[1])), 1)" "$ROTEL_GRPC_PORT" 2>/dev/null; do
-    running rotel || die "rotel exited while starting; see $STACK_DIR/rotel.log"
-    [ $SECONDS -lt $deadline ] || die "rotel not listening on $ROTEL_GRPC_PORT; see $STACK_DIR/rotel.log"
+wait_port() {  # name port seconds
+  local deadline=$((SECONDS + $3))
+  until python3 -c "import socket, sys; socket.create_connection(('127.0.0.1', int(sys.argv[1])), 1)" "$2" 2>/dev/null; do
+    running "$1" || die "$1 exited while starting; see $STACK_DIR/$1.log"
+    [ $SECONDS -lt $deadline ] || die "$1 not listening on $2; see $STACK_DIR/$1.log"
     sleep 0.2
   done
 }
+wait_bridge() { wait_port bridge "$BRIDGE_PORT" 30; }
+
+wait_rotel() { wait_port rotel "$ROTEL_GRPC_PORT" 20; }
 
 up() {
   install
   start_phoenix
   start_prometheus
+  start_bridge
   start_rotel
   wait_prometheus
   wait_phoenix
+  wait_bridge
   wait_rotel
   cat <<EOF
 stack: up (logs and pid files in $STACK_DIR)
-  Phoenix     http://127.0.0.1:$PHOENIX_PORT       traces, one project per run
-  Prometheus  http://127.0.0.1:$PROMETHEUS_PORT       metrics, e.g. rl_train_loss
-  rotel       127.0.0.1:$ROTEL_GRPC_PORT (gRPC), :$ROTEL_HTTP_PORT (HTTP)   in front of Phoenix
+  Phoenix     http://127.0.0.1:$PHOENIX_PORT       traces, one project per run (telemetry.project)
+  Prometheus  http://127.0.0.1:$PROMETHEUS_PORT       metrics, pushed by every process of a run
+  rotel       127.0.0.1:$ROTEL_GRPC_PORT (gRPC), :$ROTEL_HTTP_PORT (HTTP)   traces into Phoenix, metrics into Prometheus (through the bridge, :$BRIDGE_PORT); refuses logs
 Send a run's telemetry here with these settings (env, or the same keys in the telemetry: block):
   export OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:$ROTEL_GRPC_PORT
   export NEMO_RL_OTEL_EXPORTER=otlp,prometheus,file
-  export NEMO_RL_OTEL_PROMETHEUS_PORT=$METRICS_PORT
+  export NEMO_RL_OTEL_PROMETHEUS_REMOTE_WRITE_URL=http://127.0.0.1:$PROMETHEUS_PORT/api/v1/write
   python examples/run_grpo.py telemetry.project=my_run
+Where each signal goes: traces to rotel (then Phoenix) and the run's traces.jsonl; metrics to
+Prometheus (every export, the last one at shutdown too) and metrics.jsonl; logs (off unless
+telemetry.logs_enabled=true) to logs.jsonl only: rotel refuses them, and the run says so.
+With NEMO_RL_OTEL_EXPORTER=otlp instead, metrics go to rotel, which hands them to the bridge,
+which pushes them to Prometheus: the same series.
+Queries for a GRPO run (its run id is on the run's first lines), in Prometheus's UI:
+  rl_policy_loss{rl_run_id="<run id>"}                 the loss, step by step
+  rl_reward_mean{rl_run_id="<run id>"}                 the mean reward
+  rl_step_duration_seconds_count{rl_run_id="<run id>"} steps done
+  histogram_quantile(0.9, rate(rl_step_duration_seconds_bucket[1m]))   slow steps
+What the stack holds of one run:  bash $0 status <run id>
 EOF
 }
 
@@ -166,7 +196,7 @@ stop() {  # name: SIGTERM, SIGKILL after 10 s; forgets its pid file
 
 down() {
   local name
-  for name in rotel prometheus phoenix; do  # rotel first: it flushes into Phoenix
+  for name in rotel bridge prometheus phoenix; do  # rotel first: it flushes into Phoenix and the bridge
     stop "$name"
   done
 }
@@ -175,8 +205,8 @@ down() {
 # keeps its earlier traces, and what rotel held for it meanwhile arrives once it is back.
 restart() {
   case "${1:-}" in
-    phoenix | prometheus | rotel) ;;
-    *) die "restart takes phoenix, prometheus or rotel (got '${1:-}')" ;;
+    phoenix | prometheus | rotel | bridge) ;;
+    *) die "restart takes phoenix, prometheus, rotel or bridge (got '${1:-}')" ;;
   esac
   [ -x "$VENV/bin/phoenix" ] || die "no stack venv at $VENV: run '$0 up' first"
   stop "$1"
@@ -185,11 +215,16 @@ restart() {
   say "$1 running again (pid $(cat "$STACK_DIR/$1.pid"))"
 }
 
-status() {
+status() {  # [run id]: what each part holds of that run
   local name
-  for name in phoenix prometheus rotel; do
+  for name in phoenix prometheus bridge rotel; do
     if running "$name"; then say "$name running (pid $(cat "$STACK_DIR/$name.pid"))"; else say "$name stopped"; fi
   done
+  running prometheus || return 0
+  [ -x "$VENV/bin/python" ] || die "no stack venv at $VENV: run '$0 up' first"
+  "$VENV/bin/python" scripts/stack_status.py --phoenix "http://127.0.0.1:$PHOENIX_PORT" \
+    --prometheus "http://127.0.0.1:$PROMETHEUS_PORT" --rotel-log "$STACK_DIR/rotel.log" \
+    --bridge-log "$STACK_DIR/bridge.log" "$@"
 }
 
 case "${1:-}" in
@@ -197,6 +232,6 @@ case "${1:-}" in
   up) up ;;
   down) down ;;
   restart) restart "${2:-}" ;;
-  status) status ;;
-  *) echo "usage: $0 install|up|down|status|restart phoenix|prometheus|rotel" >&2; exit 2 ;;
+  status) shift; status "$@" ;;
+  *) echo "usage: $0 install|up|down|status [RUN_ID]|restart phoenix|prometheus|rotel|bridge" >&2; exit 2 ;;
 esac

@@ -180,6 +180,27 @@ def _exporters(value: Any) -> str:
     return ",".join(dict.fromkeys(words))
 
 
+def _remote_write_url(value: Any) -> str | None:
+    """An ``http(s)://host[:port]/path`` URL (a Prometheus remote-write receiver), or None."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    from urllib.parse import urlsplit
+
+    expected = "expected an http(s) URL such as http://127.0.0.1:9090/api/v1/write"
+    if not isinstance(value, str):
+        raise ValueError(expected)
+    try:
+        parts = urlsplit(value.strip())
+        parts.port  # noqa: B018 (raises for a port that is not a number)
+    except ValueError:
+        raise ValueError(expected) from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(expected)
+    if parts.path in ("", "/"):
+        raise ValueError(f"{expected} (the path is missing: Prometheus takes /api/v1/write)")
+    return value.strip()
+
+
 def parse_int(minimum: int, maximum: int | None = None) -> Callable[[Any], int]:
     """Return a parser of an integer ``>= minimum`` (and ``<= maximum``); it raises
     ``ValueError`` saying the bounds, also for a float or a bool."""
@@ -294,6 +315,13 @@ FIELDS: tuple[FieldSpec, ...] = (
         "the first free port from this one.",
     ),
     FieldSpec(
+        "prometheus_remote_write_url",
+        _remote_write_url,
+        None,
+        "With the prometheus exporter: push every export, the last one at shutdown too, to this "
+        "Prometheus remote-write URL (http://host:9090/api/v1/write) instead of serving /metrics.",
+    ),
+    FieldSpec(
         "run_id", parse_optional_text, None, "Identifier shared by every process of one job."
     ),
     FieldSpec("user_id", parse_optional_text, None, "Who launched the run (sensitive; opt-in)."),
@@ -358,6 +386,7 @@ class Settings:
     logs_enabled: bool = _default("logs_enabled")
     project: str | None = _default("project")
     prometheus_port: int = _default("prometheus_port")
+    prometheus_remote_write_url: str | None = _default("prometheus_remote_write_url")
     run_id: str | None = _default("run_id")
     user_id: str | None = _default("user_id")
     shutdown_timeout_s: float = _default("shutdown_timeout_s")

@@ -53,6 +53,7 @@ __all__ = [
     "checkpoint_attributes",
     "checkpoint_manager",
     "close_run",
+    "cluster_address_problem",
     "decode_responses",
     "draw_prompts",
     "encode_prompts",
@@ -264,20 +265,28 @@ def rank_problems(
     return problems
 
 
+def cluster_address_problem(cluster: ClusterConfig) -> str | None:
+    """Why the cluster the run would join (``cluster.address``, else ``$RAY_ADDRESS``) cannot be
+    joined, or None (also when the run starts its own). Checked before anything starts."""
+    address = cluster.address or os.environ.get("RAY_ADDRESS")
+    if not address or address == "local" or ray.is_initialized():
+        return None
+    why = unreachable(address)
+    if why is None:
+        return None
+    key = "cluster.address" if cluster.address else "RAY_ADDRESS"
+    return (
+        f"{key}={address}: {why}; start the cluster with `ray start --head` (its "
+        "--node-ip-address must be reachable from here) or correct the address"
+    )
+
+
 def start_ray(cfg: RunSections) -> None:
-    """Starts (or joins) Ray for the run; raises ``ConfigError`` when a joined cluster cannot
-    hold the run's ranks (a local one was checked with the config), naming what is asked for
-    and what is there, so nothing waits for resources Ray will never get, and when nothing
-    answers at ``cluster.address`` (or ``$RAY_ADDRESS``)."""
-    address = cfg.cluster.address or os.environ.get("RAY_ADDRESS")
-    if address and not ray.is_initialized() and (why := unreachable(address)):
-        key = "cluster.address" if cfg.cluster.address else "RAY_ADDRESS"
-        raise ConfigError(
-            [
-                f"{key}={address}: {why}; start the cluster with `ray start --head` (its "
-                "--node-ip-address must be reachable from here) or correct the address"
-            ]
-        )
+    """Starts (or joins) Ray for the run; raises ``ConfigError`` when the cluster to join does
+    not answer, or cannot hold the run's ranks (a local one was checked with the config), naming
+    what is asked for and what is there, so nothing waits for resources Ray will never get."""
+    if problem := cluster_address_problem(cfg.cluster):
+        raise ConfigError([problem])
     resources = init_ray(num_cpus=cfg.cluster.num_cpus, address=cfg.cluster.address)
     problems = rank_problems(cfg.ranks(), cfg.cluster, cpus=float(resources.get("CPU", 0)))
     if problems:

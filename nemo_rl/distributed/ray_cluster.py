@@ -30,8 +30,13 @@ __all__ = [
 class WorkerDied(RuntimeError):
     """A worker the driver depends on stopped or went silent; the message names it.
 
-    The entry point reports it as one line and exits 1.
+    The entry point reports it as one line and exits 1, or 143 when ``terminated`` (the worker
+    was stopped by SIGTERM from outside).
     """
+
+    def __init__(self, message: str, terminated: bool = False) -> None:
+        super().__init__(message)
+        self.terminated = terminated
 
 
 def telemetry_env_prefixes(spec: Spec | None = None) -> tuple[str, ...]:
@@ -60,17 +65,36 @@ def unreachable(address: str, timeout_s: float = 5.0) -> str | None:
     answers within ``timeout_s``. Checked before ``ray.init``, which retries a silent address for
     minutes. Ray dials 127.0.0.1 / localhost at this machine's network address, so a cluster
     listening on loopback only is not reachable there: the reason says so."""
+    from ray._common.network_utils import is_localhost
     from ray._private.services import canonicalize_bootstrap_address
 
-    dialled = canonicalize_bootstrap_address(address)
-    if dialled is None:  # "auto" with nothing running, or "local"
-        return f"{address!r} names no running cluster"
+    if address == "auto":  # the cluster `ray start` left on this machine, if any
+        found = canonicalize_bootstrap_address(address)
+        if found is None:
+            return "no running Ray cluster found on this machine"
+        address = found
+    host, _, port = address.split("://")[-1].rpartition(":")
+    if not host or not port.isdigit():
+        return "expected host:port, such as 127.0.0.1:6379"
+    if why := _no_answer(host, int(port), timeout_s):
+        return f"nothing answers at {address}: {why}"
+    if "://" in address or not is_localhost(host.strip("[]")):
+        return None
+    dialled = canonicalize_bootstrap_address(address) or address
     host, _, port = dialled.rpartition(":")
+    if dialled != address and (why := _no_answer(host, int(port), timeout_s)):
+        return (
+            f"Ray dials {dialled} for {address} (this machine's address) and nothing answers "
+            f"there: {why}; the cluster listens on loopback only"
+        )
+    return None
+
+
+def _no_answer(host: str, port: int, timeout_s: float) -> str | None:
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
-    except (OSError, ValueError) as e:
-        moved = f" (Ray dials {dialled} for {address})" if dialled != address else ""
-        return f"nothing answers at {dialled}{moved}: {e.strerror or e}"
+        socket.create_connection((host.strip("[]"), port), timeout=timeout_s).close()
+    except OSError as e:
+        return e.strerror or str(e)
     return None
 
 

@@ -196,6 +196,11 @@ class WorkerGroup:
                     raise  # the rank raised: the entry point names the call and the cause
                 except RayActorError as e:
                     self._broken = True
+                    if "receives a SIGTERM" in str(e):  # stopped from outside, not a crash
+                        raise WorkerDied(
+                            f"{self.describe(rank)} was terminated by SIGTERM during {what}",
+                            terminated=True,
+                        ) from None
                     raise WorkerDied(
                         f"{self.describe(rank)} died during {what}: {_cause(e)}"
                     ) from None

@@ -104,6 +104,7 @@ class TelemetryConfig(BaseModel):
         "the run folder's name.",
     )
     prometheus_port: int = _field("prometheus_port", ge=1, le=65535)
+    prometheus_remote_write_url: str | None = _field("prometheus_remote_write_url")
     run_id: str | None = _field(
         "run_id", doc="Shared by every process; default $SLURM_JOB_ID, else random."
     )

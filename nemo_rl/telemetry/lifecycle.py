@@ -242,6 +242,16 @@ def _activate(handle: TelemetryHandle, spec: Spec | None) -> None:
 # -- the public lifecycle -------------------------------------------------------------------------
 
 
+def label_attributes(spec: Spec) -> tuple[str, ...]:
+    """The resource attributes every Prometheus series carries as labels: the registry's run
+    attribute, then its lane attributes (nemo_rl's: ``rl.run_id``, ``rl.worker.group``,
+    ``rl.worker.rank``, so ``rl_run_id``, ``rl_worker_group``, ``rl_worker_rank``). One run's
+    series never mix with another's, and each process's are apart."""
+    conventions = spec.conventions
+    run = (conventions.run_attribute,) if conventions.run_attribute else ()
+    return (*run, *conventions.lane_attributes)
+
+
 def init_telemetry_driver(
     telemetry: TelemetryConfig, identity: RunIdentity, *, spec: Spec | None = None
 ) -> TelemetryHandle:
@@ -294,6 +304,7 @@ def init_telemetry_driver(
         worker_group="driver",
         exporting=True,
         handle_sigterm=True,
+        label_attributes=label_attributes(spec),
     )
     # Only once every setting has proved good, so a failed init leaves the env as it found it;
     # written also when off, so that workers are off too.
@@ -357,6 +368,7 @@ def init_telemetry_worker(
             worker_group=worker_group,
             node=node,
             handle_sigterm=True,
+            label_attributes=label_attributes(spec),
         )
         _activate(handle, spec)
     except Exception as exc:  # a worker trains on whatever its telemetry settings say

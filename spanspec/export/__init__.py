@@ -41,7 +41,7 @@ import logging
 import os
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -106,22 +106,27 @@ def setup(
     exporting: bool | None = None,
     handle_sigterm: bool = False,
     register_atexit: bool = True,
+    label_attributes: Sequence[str] = (),
 ) -> TelemetryHandle:
     """Build this process's providers from ``settings``.
 
-        ``resource`` adds attributes to :func:`base_resource_attributes` (and to
-        ``$OTEL_RESOURCE_ATTRIBUTES``, which the SDK reads; explicit attributes win). Whether this
-        process exports follows :func:`should_export` (``node``: this process's node id, for
-    ``first_rank_per_node`` where several nodes share a host) unless ``exporting`` says so. When it does not,
-        the handle holds no-op providers and nothing of the SDK is imported. ``handle_sigterm``
-        installs :meth:`TelemetryHandle.install_sigterm_flush`; ``register_atexit`` flushes at exit.
+    ``resource`` adds attributes to :func:`base_resource_attributes` (and to
+    ``$OTEL_RESOURCE_ATTRIBUTES``, which the SDK reads; explicit attributes win). Whether this
+    process exports follows :func:`should_export` (``node``: this process's node id, for
+    ``first_rank_per_node`` where several nodes share a host) unless ``exporting`` says so. When
+    it does not, the handle holds no-op providers and nothing of the SDK is imported.
+    ``handle_sigterm`` installs :meth:`TelemetryHandle.install_sigterm_flush`;
+    ``register_atexit`` flushes at exit. ``label_attributes`` names the resource attributes every
+    Prometheus series carries as a label (a run id, a role, a rank: ``app.run_id`` becomes
+    ``app_run_id``), so that runs and processes never share a series; OTLP and the files keep
+    them on the resource.
 
-        Returns:
-            The :class:`TelemetryHandle`; call its ``shutdown()`` at the end.
+    Returns:
+        The :class:`TelemetryHandle`; call its ``shutdown()`` at the end.
 
-        Raises:
-            SettingsError: for an unusable OTLP protocol, or an exporter the SDK refuses to build
-                (a configuration error, reported before any work starts).
+    Raises:
+        SettingsError: for an unusable OTLP protocol, or an exporter the SDK refuses to build
+            (a configuration error, reported before any work starts).
     """
     decided = should_export(
         settings, rank, world_size, local_rank=local_rank, worker_group=worker_group, node=node
@@ -141,7 +146,7 @@ def setup(
             else f"{settings.export_strategy} does not pick rank {rank}"
         )
         return TelemetryHandle(settings, rank, world_size, is_exporting=False, reason=reason)
-    handle = _build(settings, rank, world_size, dict(resource or {}))
+    handle = _build(settings, rank, world_size, dict(resource or {}), tuple(label_attributes))
     if settings.watchdog:
         labels = {"rank": rank, "group": worker_group} if worker_group else {"rank": rank}
         watchdog.enable(labels, open_spans=handle._open_spans.snapshot)
@@ -153,7 +158,11 @@ def setup(
 
 
 def _build(
-    settings: Settings, rank: int, world_size: int, extra: dict[str, Any]
+    settings: Settings,
+    rank: int,
+    world_size: int,
+    extra: dict[str, Any],
+    label_attributes: tuple[str, ...],
 ) -> TelemetryHandle:
     from opentelemetry.sdk.resources import Resource
 
@@ -168,8 +177,10 @@ def _build(
         "file": lambda s: str(Path(settings.file_dir).expanduser().resolve() / f"{s}.jsonl"),
         "console": lambda s: "stdout",
         "otlp": lambda s: f"{protocols[s]} {otlp_endpoint(s, protocols[s])}",
-        "prometheus": lambda s: f"http://127.0.0.1:{settings.prometheus_port}/metrics",
+        "prometheus": lambda s: _prometheus_destination(settings),
     }
+    if settings.prometheus_remote_write_url and "prometheus" in settings.exporters:
+        _needs_cramjam(settings.how_to_set("prometheus_remote_write_url"))
     for signal_name, protocol in protocols.items():
         hint = protocol_hint(signal_name, protocol)
         if hint and _signal_on(settings, signal_name):
@@ -182,7 +193,7 @@ def _build(
 
     before = set(threading.enumerate())
     try:
-        built = _pipeline.build(settings, resource, protocols, pipeline)
+        built = _pipeline.build(settings, resource, protocols, pipeline, label_attributes)
     except SettingsError:
         raise
     except Exception as exc:
@@ -213,6 +224,27 @@ def _build(
     return handle
 
 
+def _prometheus_destination(settings: Settings) -> str:
+    """``remote write http://h:9090/api/v1/write`` (push) or the ``/metrics`` address (pull)."""
+    if settings.prometheus_remote_write_url:
+        return f"remote write {settings.prometheus_remote_write_url}"
+    return f"http://127.0.0.1:{settings.prometheus_port}/metrics"
+
+
+def _needs_cramjam(setting: str) -> None:
+    """Raise a :class:`SettingsError` naming the setting and the install command when the snappy
+    compressor that remote write needs is missing."""
+    import importlib.util
+
+    if importlib.util.find_spec("cramjam") is None:
+        raise SettingsError(
+            [
+                f"{setting}: pushing to Prometheus needs the snappy compressor "
+                "of the cramjam package (pip install cramjam)"
+            ]
+        )
+
+
 def _signal_on(settings: Settings, signal_name: str) -> bool:
     return bool(getattr(settings, f"{signal_name}_enabled"))
 
@@ -241,8 +273,12 @@ def planned_destinations(
                 entries.append("console stdout")
             elif name == "prometheus":
                 entries.append(
-                    f"prometheus http://127.0.0.1:{settings.prometheus_port}/metrics "
-                    "(the first free port from it)"
+                    f"prometheus {_prometheus_destination(settings)}"
+                    + (
+                        ""
+                        if settings.prometheus_remote_write_url
+                        else " (the first free port from it)"
+                    )
                 )
             else:
                 protocol = otlp_protocol(signal_name, env)

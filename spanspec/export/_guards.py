@@ -108,8 +108,9 @@ class Guard:
         fix = {
             "traces": "send spans to a backend that takes them with "
             "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-            "metrics": "serve metrics to Prometheus instead (telemetry.exporter=...,prometheus), "
-            "or send them elsewhere with OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+            "metrics": "serve metrics to Prometheus instead (telemetry.exporter=...,prometheus; "
+            "with prometheus_remote_write_url set, pushed), or send them elsewhere with "
+            "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
             "logs": "set telemetry.logs_enabled=false, or send logs elsewhere with "
             "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT",
         }[stats.signal]

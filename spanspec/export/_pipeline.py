@@ -12,7 +12,7 @@ import sys
 import time
 import warnings
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -97,7 +97,9 @@ class OpenSpans(SpanProcessor):
     def on_end(self, span: ReadableSpan) -> None:
         self._open.pop(span.context.span_id, None)
         self.ended += 1
-        spanspec_metrics.span_ended(span.name, span.start_time, span.end_time, span.attributes)
+        if not (span.attributes and span.attributes.get(TRUNCATED_ATTRIBUTE)):
+            # A span cut short by shutdown is not a finished phase: no duration, no count.
+            spanspec_metrics.span_ended(span.name, span.start_time, span.end_time, span.attributes)
 
     def snapshot(self) -> list[OpenSpan]:
         """The spans open now, for the stall watchdog's warning."""
@@ -230,7 +232,18 @@ def _one_line(text: str) -> str:
     return text + "\n"
 
 
-def _exporter(name: str, signal_name: str, settings: Settings, protocols: dict[str, str]) -> Any:
+def _exporter(
+    name: str,
+    signal_name: str,
+    settings: Settings,
+    protocols: dict[str, str],
+    label_attributes: Sequence[str] = (),
+) -> Any:
+    if name == "prometheus":  # pushed: served /metrics is a reader, built apart
+        from spanspec.export.prometheus import RemoteWriteExporter
+
+        assert settings.prometheus_remote_write_url is not None
+        return RemoteWriteExporter(settings.prometheus_remote_write_url, label_attributes)
     if name == "otlp":
         return _otlp(signal_name, protocols[signal_name])
     if name == "file":
@@ -269,8 +282,10 @@ def build(
     resource: Resource,
     protocols: dict[str, str],
     pipeline: Callable[[str, str], PipelineStats],
+    label_attributes: Sequence[str] = (),
 ) -> Built:
-    """Return the providers for ``settings``; ``pipeline(signal, exporter)`` makes each stats row."""
+    """Return the providers for ``settings``; ``pipeline(signal, exporter)`` makes each stats row;
+    ``label_attributes`` are the resource attributes Prometheus series carry as labels."""
     built = Built(
         TracerProvider(
             resource=resource, id_generator=UrandomIdGenerator(), shutdown_on_exit=False
@@ -282,7 +297,7 @@ def build(
     )
 
     def guarded(signal_name: str, name: str, wrapper: Any) -> tuple[Any, PipelineStats]:
-        exporter = _exporter(name, signal_name, settings, protocols)
+        exporter = _exporter(name, signal_name, settings, protocols, label_attributes)
         stats = pipeline(signal_name, name)
         wrapped = wrapper(exporter, stats)
         wrapped._guard.cpu = built.cpu
@@ -309,18 +324,21 @@ def build(
 
     if settings.metrics_enabled:
         interval = _env_or("OTEL_METRIC_EXPORT_INTERVAL", METRIC_INTERVAL_MS)
+        pull = "prometheus" in settings.exporters and not settings.prometheus_remote_write_url
         readers: list[Any] = [
             PeriodicExportingMetricReader(
                 guarded("metrics", name, GuardedMetricExporter)[0], export_interval_millis=interval
             )
             for name in exporters_for("metrics", settings)
-            if name != "prometheus"
+            if not (name == "prometheus" and pull)
         ]
-        if "prometheus" in settings.exporters:
+        if pull:
             from spanspec.export import prometheus
 
             built.prometheus = prometheus.start(
-                settings.prometheus_port, setting=settings.how_to_set("prometheus_port")
+                settings.prometheus_port,
+                setting=settings.how_to_set("prometheus_port"),
+                label_attributes=label_attributes,
             )
             readers.append(built.prometheus.reader)
             pipeline("metrics", "prometheus").destination = built.prometheus.url

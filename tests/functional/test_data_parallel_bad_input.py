@@ -94,5 +94,8 @@ def test_a_cluster_address_where_nothing_answers_is_one_line_and_exit_2(via, tmp
     assert done.returncode == 2, done.stderr
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, done.stderr
-    assert lines[0].startswith(f"error: invalid config: {via}={address}: nothing answers at ")
+    assert lines[0].startswith(
+        f"error: invalid config: {via}={address}: nothing answers at {address}: "
+    )
     assert "ray start --head" in lines[0]
+    assert not done.stdout and not (tmp_path / "run").exists()  # checked before anything starts

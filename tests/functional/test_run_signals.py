@@ -174,8 +174,8 @@ def test_sigterm_to_the_driver_with_a_black_hole_collector(tmp_path, runs):
 @pytest.mark.parametrize(
     ("how", "code", "words"),
     [
-        (signal.SIGKILL, 1, ["worker PolicyWorker", "died"]),
-        (signal.SIGTERM, 143, ["worker PolicyWorker", "terminated by SIGTERM"]),
+        (signal.SIGKILL, 1, ["policy rank 0 (node ", "died during "]),
+        (signal.SIGTERM, 143, ["policy rank 0 (node ", "terminated by SIGTERM"]),
     ],
 )
 def test_a_worker_stopped_from_outside_is_one_line_naming_it(tmp_path, runs, how, code, words):

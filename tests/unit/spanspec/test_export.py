@@ -522,3 +522,89 @@ def test_concurrent_shutdowns_share_one_result(clean_env, spec, tmp_path):
     for t in threads:
         t.join(10)
     assert len(results) == 3 and all(r is results[0] for r in results)
+
+
+# -- prometheus: labels, and pushing (remote write) to an endpoint that fails ------------------
+
+
+def test_label_attributes_become_attributes_of_every_point():
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.resources import Resource
+
+    from spanspec.export.prometheus import with_labels
+
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(
+        metric_readers=[reader], resource=Resource({"run": "r1", "rank": 3, "host": "h"})
+    )
+    provider.get_meter("t").create_counter("c").add(1, {"rank": "own"})
+    data = with_labels(reader.get_metrics_data(), ("run", "rank", "absent"))
+    (point,) = data.resource_metrics[0].scope_metrics[0].metrics[0].data.data_points
+    assert dict(point.attributes) == {"run": "r1", "rank": "own"}  # the point's own value wins
+
+
+def test_a_push_to_a_silent_prometheus_is_bounded_and_counted_as_dropped(clean_env, spec):
+    """A receiver that accepts the connection and never answers: shutdown still returns within
+    its bound, and the final export's points are in the process's dropped figure."""
+    import socket
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    url = f"http://127.0.0.1:{silent.getsockname()[1]}/api/v1/write"
+    try:
+        settings = load_settings(
+            {"exporter": "prometheus", "prometheus_remote_write_url": url}, env={}
+        )
+        handle = start(settings, spec, resource={"rl.run_id": "r"}, label_attributes=["rl.run_id"])
+        assert (
+            handle.destinations()
+            == f"traces off; metrics -> prometheus remote write {url}; logs off"
+        )
+        metrics.record_metrics({"loss": 0.5}, "train")
+        started = time.monotonic()
+        stats = handle.shutdown(timeout_s=1.0)
+        assert time.monotonic() - started < 3.0
+        cost = stats.cost()
+        assert cost.points > 0 and cost.points_dropped == cost.points
+    finally:
+        silent.close()
+
+
+def test_remote_write_without_cramjam_is_a_settings_error(clean_env, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "cramjam" else real(name, *a)
+    )
+    settings = load_settings(
+        {"exporter": "prometheus", "prometheus_remote_write_url": "http://h:1/api/v1/write"},
+        env={},
+    )
+    with pytest.raises(SettingsError, match=r"prometheus_remote_write_url: .*pip install cramjam"):
+        export.setup(settings, register_atexit=False)
+
+
+def test_a_span_cut_short_by_shutdown_feeds_no_duration_histogram(clean_env, spec, tmp_path):
+    settings = load_settings({"exporter": "file", "file_dir": str(tmp_path)}, env={})
+    handle = start(settings, spec)
+    with spanspec.span("rl.grpo.step", **{"rl.iteration": 0}):
+        pass
+    cut = spanspec.span("rl.grpo.step", **{"rl.iteration": 1})
+    cut.__enter__()  # still open at shutdown: ended there as truncated
+    try:
+        handle.shutdown(timeout_s=5)
+    finally:
+        cut.__exit__(None, None, None)  # the context it made current is restored
+    counts = [
+        point["count"]
+        for line in read_lines(tmp_path / "metrics.jsonl")
+        for rm in line["resourceMetrics"]
+        for sm in rm["scopeMetrics"]
+        for m in sm["metrics"]
+        if m["name"] == "rl.step.duration"
+        for point in m["histogram"]["dataPoints"]
+    ]
+    assert counts and int(counts[-1]) == 1

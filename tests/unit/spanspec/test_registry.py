@@ -77,9 +77,9 @@ def test_a_broken_entry_point_is_named(advertised):
 
 
 def test_several_installed_are_listed_with_how_to_choose(advertised):
-    advertised(("nemo_rl", "nemo_rl.telemetry:span_groups.yaml"), ("tests", "tests:conftest.py"))
+    advertised(("nemo_rl", "nemo_rl.telemetry:span_groups.yaml"), ("tests", "tests:missing.yaml"))
     missing = [r for r in installed_registries() if r.path is None]
-    assert missing and missing[0].name == "tests"  # tests/ has no conftest.py: not counted
+    assert missing and missing[0].name == "tests"  # tests/ has no missing.yaml: not counted
     advertised(
         ("nemo_rl", "nemo_rl.telemetry:span_groups.yaml"),
         ("spanspec_tests", "tests.unit.spanspec:test_registry.py"),

@@ -196,6 +196,10 @@ def test_yaml_types_and_lists():
         ("NEMO_RL_OTEL_EXPORT_RANK", "1.5", "expected an integer >= 0"),
         ("NEMO_RL_OTEL_SHUTDOWN_TIMEOUT_S", "0", "expected a number in (0.0, 3600.0]"),
         ("NEMO_LENS_ENABLED", "sure", "expected a boolean"),
+        ("NEMO_RL_OTEL_PROMETHEUS_REMOTE_WRITE_URL", "127.0.0.1:9090", "expected an http(s) URL"),
+        ("NEMO_RL_OTEL_PROMETHEUS_REMOTE_WRITE_URL", "ftp://h/api/v1/write", "expected an http"),
+        ("NEMO_RL_OTEL_PROMETHEUS_REMOTE_WRITE_URL", "http://h:x/api/v1/write", "expected an"),
+        ("NEMO_RL_OTEL_PROMETHEUS_REMOTE_WRITE_URL", "http://h:9090", "takes /api/v1/write"),
     ],
 )
 def test_a_malformed_variable_names_itself_its_value_and_what_is_allowed(var, value, allowed):
