@@ -21,6 +21,7 @@ import yaml
 from nemo_rl.algorithms import distillation
 from nemo_rl.algorithms.common import RunResult
 from nemo_rl.entrypoint import Loop, run_loop
+from nemo_rl.models.pretrained import is_builtin
 from nemo_rl.utils.config import ConfigError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -59,8 +60,9 @@ def train_teacher(cfg: distillation.MasterConfig) -> str:
 
 
 def run(cfg: distillation.MasterConfig, job_attributes: dict[str, Any]) -> RunResult:
-    """Trains the teacher first when no checkpoint is given, then runs the distillation job."""
-    if not cfg.teacher.checkpoint:
+    """Trains the tiny-LM teacher first when no checkpoint is given (a model folder teaches as it
+    is), then runs the distillation job."""
+    if not cfg.teacher.checkpoint and is_builtin(cfg.teacher.model_name):
         teacher = {**cfg.teacher.model_dump(), "checkpoint": train_teacher(cfg)}
         cfg = cfg.model_copy(update={"teacher": distillation.TeacherConfig(**teacher)})
     return distillation.run(cfg, job_attributes)

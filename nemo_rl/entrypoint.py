@@ -31,6 +31,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from nemo_rl.algorithms.common import RunResult, cluster_address_problem
+from nemo_rl.algorithms.task import run_inputs
 from nemo_rl.distributed import WorkerDied
 from nemo_rl.telemetry import RunIdentity, init_telemetry_driver, job_cost, shutdown_telemetry
 from nemo_rl.utils.config import ConfigError, load_config
@@ -73,11 +74,13 @@ def run_loop(loop: Loop, argv: Sequence[str] | None = None, doc: str | None = No
     args = parser.parse_args(argv)
     try:
         cfg = load_config(args.config, args.overrides, loop.config)
+        inputs = run_inputs(cfg)  # the model and the data, for the job span and the resource
         identity = RunIdentity(
             algorithm=loop.name,
-            model=cfg.policy.model_name,
+            model=inputs.model,
             run_dir=cfg.logger.log_dir,
             max_steps=getattr(cfg, loop.name).max_steps,
+            inputs=inputs.attributes(),
         )
         if problem := cluster_address_problem(cfg.cluster):  # before anything starts
             raise ConfigError([problem])
@@ -90,6 +93,7 @@ def run_loop(loop: Loop, argv: Sequence[str] | None = None, doc: str | None = No
 
     settings = handle.settings
     print(f"telemetry: {handle.destinations()}", flush=True)  # where each signal goes
+    print(inputs.line(), flush=True)
     terminate = _Terminate()
     try:
         with terminate:

@@ -28,7 +28,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import ray
 import torch
@@ -108,6 +108,8 @@ class AsyncGRPOConfig(GRPOConfig):
 
 class MasterConfig(RolloutRunConfig):
     """A whole async-GRPO run: ``examples/configs/async_grpo_tiny.yaml`` is one."""
+
+    SECTION: ClassVar[str] = "async_grpo"
 
     async_grpo: AsyncGRPOConfig = Field(default_factory=AsyncGRPOConfig)
     """The outer loop."""
@@ -228,7 +230,7 @@ class TrajectoryCollector:
     ) -> None:
         init_worker(info or RankInfo.alone("collector"))
         a = cfg.async_grpo
-        self.task = common.make_task(cfg.env, a.seed)
+        self.task = common.make_task(cfg, a.seed)
         # Built from the policy's seed by the trainer: the same weights as the policy (version 0).
         self.generation = generation
         self.data = PromptIterator(self.task.train, seed=a.seed)
@@ -400,9 +402,9 @@ def setup(cfg: MasterConfig) -> AsyncGRPOSetup:
     """
     common.start_ray(cfg)
     a = cfg.async_grpo
-    task = common.make_task(cfg.env, a.seed)
+    task = common.make_task(cfg, a.seed)
     timer = Timer()
-    with timer.span("rl.async_grpo.model_init", **{"rl.model": cfg.policy.model_name}):
+    with timer.span("rl.async_grpo.model_init", **{"rl.model": cfg.policy.label}):
         temperature = cfg.generation.temperature
         loss = ClippedPGLoss(a.loss, temperature=temperature)
         vocab = task.tokenizer.vocab_size

@@ -1,5 +1,5 @@
-"""What every loop shares: the Ray and task config blocks, starting and stopping workers,
-checkpoint files, exact-match evaluation, and the run summary.
+"""What every loop shares: the Ray, task and data config blocks, the task (from ``task.py``),
+starting and stopping workers, checkpoint files, exact-match evaluation, and the run summary.
 
 The phases themselves stay in each loop as literal ``with timer.span("rl.<algo>.<phase>")``
 blocks (so the code scan sees which loop emits which span); what runs inside them is here.
@@ -10,17 +10,18 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import ray
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from nemo_rl.data import CharTokenizer, PromptIterator, left_pad
+from nemo_rl.algorithms.task import PROBLEM_ROLES, EnvConfig, Task, make_task
+from nemo_rl.data import DataConfig, PromptIterator, Tokenizer, left_pad
 from nemo_rl.distributed import init_ray, unreachable
 from nemo_rl.distributed.trace_context import remember_pid
 from nemo_rl.distributed.worker_group import Placement
-from nemo_rl.environments import ArithmeticEnvironment, Problem, make_problems
+from nemo_rl.environments import Problem
 from nemo_rl.models.causal_lm import ModelConfig
 from nemo_rl.models.generation.group import GenerationGroup
 from nemo_rl.models.generation.interface import GenerationConfig, GenerationOutput
@@ -88,21 +89,6 @@ __all__ = [
 # -- config blocks every loop has -----------------------------------------------------------------
 
 
-class EnvConfig(BaseModel):
-    """The arithmetic task (see ``nemo_rl.environments.arithmetic``)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    max_first: int = Field(99, ge=1)
-    """Largest first operand."""
-    max_second: int = Field(9, ge=1)
-    """Largest second operand."""
-    carry: bool = False
-    """Keep problems whose addition carries (much harder for a tiny policy)."""
-    val_fraction: float = Field(0.2, gt=0.0, lt=1.0)
-    """Share of the problems held out for validation."""
-
-
 class LoopConfig(BaseModel):
     """What every loop's own section (``grpo:``, ``sft:``, ...) holds, so ``<algo>.max_steps=N``
     and the other keys below work alike in each."""
@@ -165,8 +151,15 @@ class RunSections(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    SECTION: ClassVar[str] = ""
+    """The loop's own section key (``grpo``, ``sft``, ...); set by each loop's ``MasterConfig``."""
+    DATA_ROLES: ClassVar[tuple[str, ...]] = PROBLEM_ROLES
+    """The fields the loop reads from each ``data:`` example (``task.PROBLEM_ROLES``, ...)."""
+
     env: EnvConfig = Field(default_factory=EnvConfig)
-    """The task."""
+    """The verifier, and the built-in arithmetic task."""
+    data: DataConfig = Field(default_factory=DataConfig)
+    """Dataset files replacing the built-in task (JSONL)."""
     checkpointing: CheckpointConfig = Field(default_factory=CheckpointConfig)
     """Checkpoints and resume."""
     logger: LoggerConfig = Field(default_factory=LoggerConfig)
@@ -175,6 +168,19 @@ class RunSections(BaseModel):
     """Ray."""
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     """Traces and metrics (see ``nemo_rl.telemetry``)."""
+
+    @property
+    def section(self) -> Any:
+        """Returns the loop's own section (``self.grpo``, ``self.sft``, ...)."""
+        return getattr(self, self.SECTION)
+
+    @model_validator(mode="after")
+    def _task_is_usable(self) -> RunSections:
+        # Builds the task once as the config loads (files are read once per process), so a bad
+        # dataset line stops the run here, before Ray starts, naming file:line.
+        if self.SECTION:
+            make_task(self, self.section.seed)
+        return self
 
     def ranks(self) -> list[Ranks]:
         """The ranks of every worker role the run starts at once; each loop's config says."""
@@ -295,26 +301,10 @@ def worker_num_gpus(cluster: ClusterConfig) -> float:
     return 1.0 if ray.cluster_resources().get("GPU", 0) >= 1 else 0.0
 
 
-# -- the task -------------------------------------------------------------------------------------
+# -- the task (built in task.py) -----------------------------------------------------------------
 
 
-@dataclass
-class Task:
-    """The tokenizer, the environment and the train / held-out problems of a run."""
-
-    tokenizer: CharTokenizer
-    env: ArithmeticEnvironment
-    train: list[Problem]
-    val: list[Problem]
-
-
-def make_task(env: EnvConfig, seed: int) -> Task:
-    """Returns the arithmetic task split by ``seed``; the same seed gives the same split."""
-    train, val = make_problems(seed, env.max_first, env.max_second, env.carry, env.val_fraction)
-    return Task(CharTokenizer(), ArithmeticEnvironment(), train, val)
-
-
-def decode_responses(tok: CharTokenizer, out: GenerationOutput, prompt_len: int) -> list[str]:
+def decode_responses(tok: Tokenizer, out: GenerationOutput, prompt_len: int) -> list[str]:
     """Returns the text of each generated response (the tokens after the prompt)."""
     return [tok.decode(row) for row in out["output_ids"][:, prompt_len:].tolist()]
 
@@ -419,7 +409,7 @@ def spawn_generation(
     model: ModelConfig,
     model_name: str,
     cluster: ClusterConfig,
-    tokenizer: CharTokenizer,
+    tokenizer: Tokenizer,
     seed: int,
     policy: PolicyGroup,
     log_dir: str,

@@ -14,20 +14,21 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
-from pydantic import ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 import spanspec
 from nemo_rl.algorithms import common, grpo
 from nemo_rl.algorithms.common import RunResult, RunSummary, Task
 from nemo_rl.algorithms.loss_functions import TeacherKLLoss, reverse_kl
-from nemo_rl.data import CharTokenizer, PromptIterator
+from nemo_rl.data import PromptIterator, load_tokenizer
 from nemo_rl.environments import Problem
-from nemo_rl.models.causal_lm import ModelConfig, build_causal_lm
+from nemo_rl.models.causal_lm import ModelConfig, build_model
 from nemo_rl.models.generation.group import GenerationGroup
 from nemo_rl.models.generation.interface import GenerationConfig
 from nemo_rl.models.policy import PolicyConfig, PolicyGroup, SharedBatch, read_policy_checkpoint
+from nemo_rl.models.pretrained import is_builtin
 from nemo_rl.utils.checkpoint import CheckpointConfig, CheckpointManager
 from nemo_rl.utils.config import ConfigError
 from nemo_rl.utils.logger import Logger, LoggerConfig
@@ -70,6 +71,7 @@ class MasterConfig(common.RunSections):
     """A whole distillation run: ``examples/configs/distillation_tiny.yaml`` is one."""
 
     model_config = ConfigDict(extra="forbid")
+    SECTION: ClassVar[str] = "distillation"
 
     generation: GenerationConfig = Field(default_factory=GenerationConfig)
     """How responses are sampled."""
@@ -78,8 +80,10 @@ class MasterConfig(common.RunSections):
     policy: PolicyConfig = Field(default_factory=_default_student)
     """The student (the trained model) and its optimiser."""
     teacher: TeacherConfig = Field(default_factory=_default_teacher)
-    """The frozen teacher: a larger tiny LM. ``teacher.checkpoint`` holds its weights; without
-    one, ``examples/run_distillation.py`` first trains it with GRPO (``teacher_training``)."""
+    """The frozen teacher: a larger tiny LM, or a model folder (``teacher.model_name``) with the
+    student's vocabulary. ``teacher.checkpoint`` holds trained weights; without one, a folder
+    teaches as it is, and the tiny LM is first trained by ``examples/run_distillation.py`` with
+    GRPO (``teacher_training``)."""
     teacher_training: grpo.GRPOConfig = Field(default_factory=grpo.GRPOConfig)
     """The GRPO job that trains the teacher when no ``teacher.checkpoint`` is given."""
 
@@ -106,10 +110,30 @@ class MasterConfig(common.RunSections):
             raise ValueError("the student needs head: lm (a next-token distribution)")
         return value
 
+    @model_validator(mode="after")
+    def _teacher_fits_the_student(self) -> MasterConfig:
+        # The KL compares the two next-token distributions token by token: one vocabulary.
+        vocab = load_tokenizer(self.policy.tokenizer_folder()).vocab_size
+        student = self.policy.output_size(vocab)
+        if self.teacher.checkpoint:
+            problem = teacher_problem(self.teacher.checkpoint, self.teacher, vocab, student)
+            if problem:
+                raise ValueError(f"teacher.checkpoint: {problem}")
+        elif (teacher := self.teacher.output_size(vocab)) != student:
+            raise ValueError(
+                f"teacher.model_name: the teacher's vocabulary has {teacher} tokens, the "
+                f"student's {student}; distillation compares the two next-token distributions "
+                "token by token, so they must match (a teacher of the student's model family)"
+            )
+        return self
 
-def teacher_problem(path: str, model: ModelConfig, vocab_size: int) -> str | None:
+
+def teacher_problem(
+    path: str, teacher: PolicyConfig, vocab_size: int, student_rows: int
+) -> str | None:
     """Returns why the weights at ``path`` cannot be the teacher (missing, unreadable, another
-    vocabulary than the student's ``vocab_size``, another shape than ``model``), or None."""
+    vocabulary than the student's ``student_rows`` tokens, another shape than ``teacher``'s model
+    with the tokenizer's ``vocab_size``), or None."""
     try:
         state = read_policy_checkpoint(path)["model"]
     except FileNotFoundError:
@@ -120,28 +144,31 @@ def teacher_problem(path: str, model: ModelConfig, vocab_size: int) -> str | Non
     except Exception as e:  # a truncated or foreign file: torch.load / pickle say why
         first = (str(e).strip().splitlines() or [""])[0]
         return f"{path}: cannot read it as a policy checkpoint ({type(e).__name__}: {first})"
-    embedding = state.get("model.embed_tokens.weight")
-    if embedding is None:
-        return f"{path}: not a causal LM's weights (no model.embed_tokens.weight)"
-    if embedding.shape[0] != vocab_size:
+    expected = build_model(teacher.model_name, teacher.model, vocab_size, 0, meta=True)
+    embedding = expected.get_input_embeddings().weight
+    name = next((k for k, v in expected.named_parameters() if v is embedding), None)
+    if name is None or name not in state:
+        return f"{path}: not a causal LM's weights (no {name or 'input embeddings'})"
+    if state[name].shape[0] != student_rows:
         return (
-            f"{path}: the teacher's vocabulary has {embedding.shape[0]} tokens, the student's "
-            f"tokenizer {vocab_size}; distillation compares the two next-token distributions "
+            f"{path}: the teacher's vocabulary has {state[name].shape[0]} tokens, the student's "
+            f"{student_rows}; distillation compares the two next-token distributions "
             "token by token, so they must match"
         )
-    for key, tensor in build_causal_lm(model, vocab_size, 0).state_dict().items():
+    for key, tensor in expected.state_dict().items():
         if key not in state or state[key].shape != tensor.shape:
             got = tuple(state[key].shape) if key in state else "absent"
             return (
-                f"{path} does not fit teacher.model ({key}: {tuple(tensor.shape)} from the "
-                f"config, {got} in the checkpoint); set teacher.model to the teacher's shape"
+                f"{path} does not fit the teacher's model ({key}: {tuple(tensor.shape)} from "
+                f"teacher.model_name / teacher.model, {got} in the checkpoint); set them to "
+                "the teacher's"
             )
     return None
 
 
 class TeacherConfig(PolicyConfig):
-    """The frozen teacher: a ``PolicyConfig`` whose ``checkpoint``, when given, is checked as the
-    config loads (so a bad one exits 2 before anything starts)."""
+    """The frozen teacher: a ``PolicyConfig`` whose ``checkpoint``, when given, is checked with
+    the student as the config loads (so a bad one exits 2 before anything starts)."""
 
     @field_validator("head")
     @classmethod
@@ -150,28 +177,23 @@ class TeacherConfig(PolicyConfig):
             raise ValueError("the teacher needs head: lm (a next-token distribution)")
         return head
 
-    @field_validator("checkpoint")
-    @classmethod
-    def _fits_the_student(cls, path: str | None, info: ValidationInfo) -> str | None:
-        model = info.data.get("model")
-        if path and model is not None:
-            problem = teacher_problem(path, model, CharTokenizer().vocab_size)
-            if problem:
-                raise ValueError(problem)
-        return path
-
 
 def teacher_training_config(cfg: MasterConfig) -> tuple[grpo.MasterConfig, str]:
     """Returns the GRPO run that trains ``cfg``'s teacher (in ``<log_dir>/teacher``) and the
     checkpoint folder it leaves after its last step."""
     log_dir = os.path.join(cfg.logger.log_dir, "teacher")
     steps = cfg.teacher_training.max_steps
-    teacher = PolicyConfig(**cfg.teacher.model_dump(exclude={"checkpoint"}))
+    # Trained with the student's tokenizer on the student's task, so the two compare.
+    teacher = PolicyConfig(
+        **cfg.teacher.model_dump(exclude={"checkpoint", "tokenizer"}),
+        tokenizer=cfg.policy.tokenizer_folder(),
+    )
     run_cfg = grpo.MasterConfig(
         grpo=cfg.teacher_training,
         policy=teacher,
         generation=cfg.generation,
         env=cfg.env,
+        data=cfg.data,
         checkpointing=CheckpointConfig(enabled=True, save_period=steps, keep=1),
         logger=LoggerConfig(log_dir=log_dir, tqdm=cfg.logger.tqdm),
         cluster=cfg.cluster,
@@ -211,19 +233,19 @@ def setup(cfg: MasterConfig) -> DistillationSetup:
     latest checkpoint when there is one, and opens the logger at the step it resumed from;
     returns the ``DistillationSetup``.
 
-    Raises ``ConfigError`` if no ``teacher.checkpoint`` is set (before Ray starts).
+    Raises ``ConfigError`` if the tiny-LM teacher has no ``teacher.checkpoint`` (before Ray starts).
     """
-    if not cfg.teacher.checkpoint:
+    if not cfg.teacher.checkpoint and is_builtin(cfg.teacher.model_name):
         raise ConfigError(
             ["teacher.checkpoint: not set (examples/run_distillation.py trains a teacher first)"]
         )
     seed = cfg.distillation.seed
-    task = common.make_task(cfg.env, seed)
+    task = common.make_task(cfg, seed)
     vocab = task.tokenizer.vocab_size
     common.start_ray(cfg)
     timer = Timer()
     temperature = cfg.generation.temperature
-    with timer.span("rl.distillation.model_init", **{"rl.model": cfg.policy.model_name}):
+    with timer.span("rl.distillation.model_init", **{"rl.model": cfg.policy.label}):
         student = common.spawn_policy(
             cfg.policy, cfg.cluster, vocab, seed, TeacherKLLoss(temperature), reference=False
         )

@@ -21,6 +21,7 @@ from nemo_rl.algorithms import common
 from nemo_rl.algorithms import supervised as sv
 from nemo_rl.algorithms.common import RunResult, RunSummary
 from nemo_rl.algorithms.loss_functions import DPOLoss, dpo_margin, sequence_logprobs
+from nemo_rl.algorithms.task import PAIR_ROLES
 from nemo_rl.data import PromptIterator, encode_preference_pairs, stack_pair_sides
 from nemo_rl.utils.timer import Timer
 
@@ -42,6 +43,7 @@ class MasterConfig(sv.SupervisedRunConfig):
     """A whole DPO run: ``examples/configs/dpo_tiny.yaml`` is one."""
 
     SECTION: ClassVar[str] = "dpo"
+    DATA_ROLES: ClassVar[tuple[str, ...]] = PAIR_ROLES
 
     dpo: DPOConfig = Field(default_factory=DPOConfig)
     """The outer loop and the loss."""
@@ -56,9 +58,9 @@ def setup(cfg: MasterConfig) -> sv.SupervisedSetup:
     returns the run's ``SupervisedSetup``. Starts (or joins) Ray if needed."""
     common.start_ray(cfg)
     seed = cfg.dpo.seed
-    task = common.make_task(cfg.env, seed)
+    task = common.make_task(cfg, seed)
     timer = Timer()
-    with timer.span("rl.dpo.model_init", **{"rl.model": cfg.policy.model_name}):
+    with timer.span("rl.dpo.model_init", **{"rl.model": cfg.policy.label}):
         loss, vocab = DPOLoss(cfg.dpo.beta), task.tokenizer.vocab_size
         policy = common.spawn_policy(cfg.policy, cfg.cluster, vocab, seed, loss, reference=True)
     train_pairs, val_pairs = sv.preference_data(task, cfg.dpo)

@@ -10,7 +10,7 @@ in ``loss_functions.py`` and ``advantages.py``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from pydantic import Field
@@ -71,6 +71,8 @@ class RolloutRunConfig(RunConfig):
 class MasterConfig(RolloutRunConfig):
     """A whole GRPO run: ``examples/configs/grpo_tiny.yaml`` is one."""
 
+    SECTION: ClassVar[str] = "grpo"
+
     grpo: GRPOConfig = Field(default_factory=GRPOConfig)
     """The outer loop."""
 
@@ -116,9 +118,9 @@ def setup(cfg: MasterConfig) -> GRPOSetup:
     """
     common.start_ray(cfg)
     seed, temperature = cfg.grpo.seed, cfg.generation.temperature
-    task = common.make_task(cfg.env, seed)
+    task = common.make_task(cfg, seed)
     timer = Timer()
-    with timer.span("rl.grpo.model_init", **{"rl.model": cfg.policy.model_name}):
+    with timer.span("rl.grpo.model_init", **{"rl.model": cfg.policy.label}):
         loss = ClippedPGLoss(cfg.grpo.loss, temperature=temperature)
         vocab = task.tokenizer.vocab_size
         policy = common.spawn_policy(cfg.policy, cfg.cluster, vocab, seed, loss, temperature)

@@ -12,9 +12,9 @@ goes through ``call(...)``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 import spanspec
 from nemo_rl.algorithms import common
@@ -31,7 +31,7 @@ from nemo_rl.algorithms.loss_functions import (
     ClippedValueLoss,
     ClippedValueLossConfig,
 )
-from nemo_rl.data import PromptIterator
+from nemo_rl.data import PromptIterator, load_tokenizer
 from nemo_rl.environments import Problem
 from nemo_rl.models.generation.group import GenerationGroup
 from nemo_rl.models.generation.interface import GenerationConfig
@@ -69,6 +69,7 @@ class MasterConfig(common.RunSections):
     """A whole PPO run: ``examples/configs/ppo_tiny.yaml`` is one."""
 
     model_config = ConfigDict(extra="forbid")
+    SECTION: ClassVar[str] = "ppo"
 
     generation: GenerationConfig = Field(default_factory=GenerationConfig)
     """How responses are sampled."""
@@ -77,7 +78,8 @@ class MasterConfig(common.RunSections):
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     """The trained policy and its optimiser."""
     value: PolicyConfig = Field(default_factory=lambda: PolicyConfig(head="scalar"))
-    """The value model (critic) and its optimiser; ``head`` must be ``scalar``."""
+    """The value model (critic) and its optimiser; ``head`` must be ``scalar``. Without its own
+    ``model_name`` it starts from the policy's model (a scalar head on its trunk)."""
 
     def ranks(self) -> list[common.Ranks]:
         """The policy, value-model and generation ranks."""
@@ -96,6 +98,22 @@ class MasterConfig(common.RunSections):
         if value.head != "scalar":
             raise ValueError("the value model needs head: scalar (one value per token)")
         return value
+
+    @model_validator(mode="after")
+    def _value_reads_the_policys_tokens(self) -> MasterConfig:
+        if "model_name" not in self.value.model_fields_set:
+            self.value = self.value.model_copy(
+                update={"model_name": self.policy.model_name, "tokenizer": self.policy.tokenizer}
+            )
+        # The critic scores every token the policy samples: its embeddings must have a row each.
+        vocab = load_tokenizer(self.policy.tokenizer_folder()).vocab_size
+        sampled, rows = self.policy.output_size(vocab), self.value.output_size(vocab)
+        if rows < sampled:
+            raise ValueError(
+                f"value.model_name: the value model's embeddings have {rows} rows, fewer than "
+                f"the {sampled} tokens the policy samples from; use the policy's model family"
+            )
+        return self
 
 
 # -- setup --------------------------------------------------------------------------------------
@@ -131,18 +149,19 @@ def setup(cfg: MasterConfig) -> PPOSetup:
     latest checkpoint when there is one, and opens the logger at the step it resumed from;
     returns the ``PPOSetup``."""
     common.start_ray(cfg)
-    task = common.make_task(cfg.env, cfg.ppo.seed)
+    task = common.make_task(cfg, cfg.ppo.seed)
     vocab, seed, temperature = task.tokenizer.vocab_size, cfg.ppo.seed, cfg.generation.temperature
     timer = Timer()
-    with timer.span("rl.ppo.model_init", **{"rl.model": cfg.policy.model_name}):
+    with timer.span("rl.ppo.model_init", **{"rl.model": cfg.policy.label}):
         policy = common.spawn_policy(
             cfg.policy, cfg.cluster, vocab, seed, ClippedPGLoss(cfg.ppo.loss, temperature)
         )
-        # Same seed: with the policy's shape, the critic's trunk starts as the policy's.
+        # Same seed: with the policy's shape, the critic's trunk starts as the policy's. A tiny
+        # critic is sized to every token the policy can sample.
         value = common.spawn_policy(
             cfg.value,
             cfg.cluster,
-            vocab,
+            cfg.policy.output_size(vocab),
             seed,
             ClippedValueLoss(cfg.ppo.value_loss),
             group="value",

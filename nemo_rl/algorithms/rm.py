@@ -19,6 +19,7 @@ from nemo_rl.algorithms import common
 from nemo_rl.algorithms import supervised as sv
 from nemo_rl.algorithms.common import RunResult, RunSummary
 from nemo_rl.algorithms.loss_functions import BradleyTerryLoss
+from nemo_rl.algorithms.task import PAIR_ROLES
 from nemo_rl.data import PromptIterator, encode_preference_pairs, stack_pair_sides
 from nemo_rl.models.causal_lm import last_token_values
 from nemo_rl.models.policy import PolicyConfig
@@ -38,6 +39,7 @@ class MasterConfig(sv.SupervisedRunConfig):
     """A whole reward-model run: ``examples/configs/rm_tiny.yaml`` is one."""
 
     SECTION: ClassVar[str] = "rm"
+    DATA_ROLES: ClassVar[tuple[str, ...]] = PAIR_ROLES
 
     rm: RMConfig = Field(default_factory=RMConfig)
     """The outer loop."""
@@ -62,9 +64,9 @@ def setup(cfg: MasterConfig) -> sv.SupervisedSetup:
     ``SupervisedSetup``. Starts (or joins) Ray if needed."""
     common.start_ray(cfg)
     seed = cfg.rm.seed
-    task = common.make_task(cfg.env, seed)
+    task = common.make_task(cfg, seed)
     timer = Timer()
-    with timer.span("rl.rm.model_init", **{"rl.model": cfg.policy.model_name}):
+    with timer.span("rl.rm.model_init", **{"rl.model": cfg.policy.label}):
         loss, vocab = BradleyTerryLoss(), task.tokenizer.vocab_size
         model = common.spawn_policy(cfg.policy, cfg.cluster, vocab, seed, loss, reference=False)
     train_pairs, val_pairs = sv.preference_data(task, cfg.rm)

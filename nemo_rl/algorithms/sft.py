@@ -19,6 +19,7 @@ from nemo_rl.algorithms import common
 from nemo_rl.algorithms import supervised as sv
 from nemo_rl.algorithms.common import RunResult, RunSummary
 from nemo_rl.algorithms.loss_functions import NLLLoss
+from nemo_rl.algorithms.task import SFT_ROLES
 from nemo_rl.data import PromptIterator, encode_completions
 from nemo_rl.models.generation.interface import GenerationConfig
 from nemo_rl.utils.timer import Timer
@@ -37,6 +38,7 @@ class MasterConfig(sv.SupervisedRunConfig):
     """A whole SFT run: ``examples/configs/sft_tiny.yaml`` is one."""
 
     SECTION: ClassVar[str] = "sft"
+    DATA_ROLES: ClassVar[tuple[str, ...]] = SFT_ROLES
 
     sft: SFTConfig = Field(default_factory=SFTConfig)
     """The outer loop."""
@@ -60,9 +62,9 @@ def setup(cfg: MasterConfig) -> sv.SupervisedSetup:
     ``SupervisedSetup``. Starts (or joins) Ray if needed."""
     common.start_ray(cfg)
     seed = cfg.sft.seed
-    task = common.make_task(cfg.env, seed)
+    task = common.make_task(cfg, seed)
     timer = Timer()
-    with timer.span("rl.sft.model_init", **{"rl.model": cfg.policy.model_name}):
+    with timer.span("rl.sft.model_init", **{"rl.model": cfg.policy.label}):
         vocab = task.tokenizer.vocab_size
         policy = common.spawn_policy(
             cfg.policy, cfg.cluster, vocab, seed, NLLLoss(), reference=False

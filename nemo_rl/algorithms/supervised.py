@@ -9,14 +9,13 @@ teardown, the preference pairs of DPO and RM and their metrics.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 from pydantic import Field, model_validator
 
 from nemo_rl.algorithms import common
 from nemo_rl.algorithms.common import LoopConfig, RunConfig, Task
 from nemo_rl.data import PreferencePair, PromptIterator, make_preference_pairs
-from nemo_rl.environments import make_problems
 from nemo_rl.models.policy import PolicyGroup
 from nemo_rl.utils.checkpoint import CheckpointManager
 from nemo_rl.utils.logger import Logger
@@ -62,15 +61,7 @@ class PairConfig(SupervisedConfig):
 
 class SupervisedRunConfig(RunConfig):
     """A supervised run config: the shared blocks of ``RunConfig`` plus the algorithm's own
-    section, whose key is ``SECTION``."""
-
-    SECTION: ClassVar[str] = ""
-    """The algorithm's section key (``sft``, ``dpo``, ``rm``); set by each subclass."""
-
-    @property
-    def section(self) -> SupervisedConfig:
-        """Returns the algorithm's own section."""
-        return getattr(self, self.SECTION)
+    section, whose key is ``SECTION`` (``sft``, ``dpo``, ``rm``)."""
 
     def ranks(self) -> list[common.Ranks]:
         """The trained model's ranks (SFT adds its generation ranks)."""
@@ -83,19 +74,15 @@ class SupervisedRunConfig(RunConfig):
 
     @model_validator(mode="after")
     def _batch_fits_the_data(self) -> SupervisedRunConfig:
-        section = self.section
-        train, _ = make_problems(
-            section.seed,
-            self.env.max_first,
-            self.env.max_second,
-            self.env.carry,
-            self.env.val_fraction,
-        )
-        available = len(train) * section.examples_per_problem()
+        section: SupervisedConfig = self.section
+        task = common.make_task(self, section.seed)
+        # From files every line is one example; the built-in task gives several pairs a problem.
+        available = len(task.train) * (1 if task.files else section.examples_per_problem())
         if section.batch_size > available:
+            where = "data.train_path" if task.files else "the env block"
             raise ValueError(
                 f"{self.SECTION}.batch_size={section.batch_size} is more than the {available} "
-                f"training examples the env block gives; lower {self.SECTION}.batch_size"
+                f"training examples {where} gives; lower {self.SECTION}.batch_size"
             )
         return self
 
@@ -135,8 +122,10 @@ def teardown(s: SupervisedSetup) -> list[TelemetryCost]:
 def preference_data(
     task: Task, section: PairConfig
 ) -> tuple[list[PreferencePair], list[PreferencePair]]:
-    """Returns the (train, held-out) preference pairs: ``pairs_per_problem`` per training
-    problem, one per held-out problem."""
+    """Returns the (train, held-out) preference pairs: those of the ``data:`` files, else
+    ``pairs_per_problem`` per training problem of the built-in task and one per held-out one."""
+    if task.files is not None:
+        return task.train, task.val
     return (
         make_preference_pairs(task.train, section.seed, section.pairs_per_problem),
         make_preference_pairs(task.val, section.seed),

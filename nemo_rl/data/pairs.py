@@ -17,7 +17,7 @@ from typing import Protocol
 import torch
 
 from nemo_rl.data.collate import right_pad
-from nemo_rl.data.tokenizer import CharTokenizer
+from nemo_rl.data.tokenizer import Tokenizer
 
 __all__ = [
     "PAIR_SIDES",
@@ -71,7 +71,7 @@ def make_preference_pairs(
 
 
 def encode_completions(
-    tok: CharTokenizer, prompts: Sequence[str], completions: Sequence[str]
+    tok: Tokenizer, prompts: Sequence[str], completions: Sequence[str]
 ) -> dict[str, torch.Tensor]:
     """Returns the right-padded ``input_ids``, ``attention_mask`` and ``response_mask`` (``[B, T]``).
 
@@ -90,7 +90,7 @@ def encode_completions(
 
 
 def encode_preference_pairs(
-    tok: CharTokenizer, pairs: Sequence[PreferencePair]
+    tok: Tokenizer, pairs: Sequence[PreferencePair]
 ) -> dict[str, torch.Tensor]:
     """Returns one row per pair: ``chosen_*`` and ``rejected_*`` batches of :func:`encode_completions`.
 

@@ -1,5 +1,7 @@
-"""The tiny models: a causal LM (a randomly initialised Llama), the same trunk with a scalar head
-(reward and value models), and the log-probability helper every worker shares."""
+"""The models every worker builds: a causal LM (the built-in tiny Llama, randomly initialised, or
+a local Hugging Face folder), the same trunk with a scalar head (reward and value models), and
+the log-probability helpers every worker shares. :func:`build_model` is the one constructor the
+workers call."""
 
 from __future__ import annotations
 
@@ -10,14 +12,18 @@ import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict
 from transformers import LlamaConfig, LlamaForCausalLM, LlamaModel
 
+from nemo_rl.models.pretrained import is_builtin, load_causal_lm
+
 __all__ = [
     "CACHE_KWARG",
     "ModelConfig",
     "ScalarHeadModel",
     "build_causal_lm",
+    "build_model",
     "build_scalar_model",
     "last_token_values",
     "next_token_logprobs",
+    "parameter_count",
     "position_ids_from_mask",
     "token_logprobs",
 ]
@@ -32,7 +38,8 @@ CACHE_KWARG = (
 
 
 class ModelConfig(BaseModel):
-    """Shape of the tiny Llama. The defaults give about 0.8M parameters."""
+    """Shape of the built-in tiny Llama (a Hugging Face folder brings its own). The defaults
+    give about 0.8M parameters."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -74,16 +81,17 @@ def build_causal_lm(cfg: ModelConfig, vocab_size: int, seed: int) -> LlamaForCau
 
 
 class ScalarHeadModel(torch.nn.Module):
-    """The Llama trunk with a linear head giving one scalar per token: ``forward(ids, mask) -> [B, T]``.
+    """A causal LM's trunk with a linear head giving one scalar per token:
+    ``forward(ids, mask) -> [B, T]``.
 
     A reward model reads the value at the last attended token (:func:`last_token_values`); a
     value model (PPO's critic) reads every position.
     """
 
-    def __init__(self, config: LlamaConfig) -> None:
+    def __init__(self, trunk: torch.nn.Module, hidden_size: int) -> None:
         super().__init__()
-        self.trunk = LlamaModel(config)
-        self.head = torch.nn.Linear(config.hidden_size, 1)
+        self.trunk = trunk
+        self.head = torch.nn.Linear(hidden_size, 1)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         hidden = self.trunk(
@@ -98,7 +106,44 @@ def build_scalar_model(cfg: ModelConfig, vocab_size: int, seed: int) -> ScalarHe
     """Returns a :class:`ScalarHeadModel` with weights drawn from ``torch.manual_seed(seed)``."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return ScalarHeadModel(_llama_config(cfg, vocab_size))
+        config = _llama_config(cfg, vocab_size)
+        return ScalarHeadModel(LlamaModel(config), config.hidden_size)
+
+
+def build_model(
+    model_name: str,
+    cfg: ModelConfig,
+    vocab_size: int,
+    seed: int,
+    head: str = "lm",
+    meta: bool = False,
+) -> torch.nn.Module:
+    """Returns the model a worker holds: ``head="lm"`` a causal LM, ``"scalar"`` its trunk with
+    a scalar head (:class:`ScalarHeadModel`).
+
+    ``model_name`` ``tiny-llama`` builds the tiny Llama of shape ``cfg`` with ``vocab_size``
+    tokens, weights drawn from ``seed``; a folder loads its causal LM with its own weights and
+    vocabulary (``cfg`` and ``vocab_size`` unused), a scalar head drawn from ``seed`` on its
+    trunk. With ``meta``, the structure only, on the meta device (shapes, parameter counts).
+    Raises what ``AutoModelForCausalLM`` raises for a folder it cannot load.
+    """
+    if is_builtin(model_name):
+        if meta:
+            with torch.device("meta"):
+                return build_model(model_name, cfg, vocab_size, seed, head)
+        build = build_causal_lm if head == "lm" else build_scalar_model
+        return build(cfg, vocab_size, seed)
+    lm = load_causal_lm(model_name, meta=meta)
+    if head == "lm":
+        return lm
+    with torch.random.fork_rng(devices=[]), torch.device("meta" if meta else "cpu"):
+        torch.manual_seed(seed)
+        return ScalarHeadModel(lm.base_model, lm.config.get_text_config().hidden_size)
+
+
+def parameter_count(model: torch.nn.Module) -> int:
+    """Returns the number of parameters of ``model`` (tied weights counted once)."""
+    return sum(p.numel() for p in model.parameters())
 
 
 def last_token_values(values: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:

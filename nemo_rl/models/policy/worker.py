@@ -31,9 +31,10 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import ray
 import torch
 import torch.distributed as dist
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 import spanspec
+from nemo_rl.data.tokenizer import load_tokenizer, tokenizer_folder_problem
 from nemo_rl.distributed import (
     RankInfo,
     carries_trace,
@@ -44,10 +45,16 @@ from nemo_rl.distributed import (
 )
 from nemo_rl.models.causal_lm import (
     ModelConfig,
-    build_causal_lm,
-    build_scalar_model,
+    build_model,
     next_token_logprobs,
     token_logprobs,
+)
+from nemo_rl.models.pretrained import (
+    embedding_rows,
+    is_builtin,
+    model_folder_problem,
+    model_label,
+    save_folder,
 )
 from spanspec.export import TelemetryCost
 
@@ -82,9 +89,14 @@ class PolicyConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model_name: str = "tiny-llama"
-    """Name reported in spans and metrics (``rl.model``, ``gen_ai.request.model``)."""
+    """``tiny-llama`` (the built-in model, shaped by ``model``) or the path of a local Hugging
+    Face causal-LM folder (``config.json``, safetensors weights, tokenizer files); spans and
+    metrics name it by :attr:`label`."""
+    tokenizer: str | None = Field(None, validate_default=True)
+    """A Hugging Face tokenizer folder to use instead of the model folder's own (for
+    ``tiny-llama``: instead of the built-in character tokenizer)."""
     model: ModelConfig = Field(default_factory=ModelConfig)
-    """Shape of the tiny Llama."""
+    """Shape of the built-in tiny Llama (unused for a folder)."""
     head: Literal["lm", "scalar"] = "lm"
     """``lm``: next-token logits (a policy); ``scalar``: one value per token (reward or value model)."""
     lr: float = Field(1e-3, gt=0.0)
@@ -108,7 +120,61 @@ class PolicyConfig(BaseModel):
     train_passes: int = Field(2, ge=1)
     """Passes over each step's batch (PPO-style epochs); the ratio clip keeps later passes safe."""
     checkpoint: str | None = None
-    """Start from these weights instead of random ones: a ``policy.pt``, or a run's ``step_<n>/`` folder."""
+    """Start from these weights instead of the model's own: a ``policy.pt``, or a run's
+    ``step_<n>/`` folder."""
+
+    @field_validator("model_name")
+    @classmethod
+    def _a_causal_lm_folder(cls, name: str) -> str:
+        if is_builtin(name):
+            return name
+        problem = model_folder_problem(os.path.abspath(name))
+        if problem:
+            raise ValueError(problem)
+        return os.path.abspath(name)  # workers may start in another working directory
+
+    @field_validator("tokenizer")
+    @classmethod
+    def _a_tokenizer_that_fits(cls, path: str | None, info: ValidationInfo) -> str | None:
+        model = info.data.get("model_name")
+        if model is None:  # the model is refused already; its message says why
+            return path
+        if path is None:
+            problem = None if is_builtin(model) else tokenizer_folder_problem(model)
+            if problem:
+                raise ValueError(f"not set, and {problem}; set it to a tokenizer folder")
+            return None
+        path = os.path.abspath(path)
+        problem = tokenizer_folder_problem(path)
+        if problem:
+            raise ValueError(problem)
+        if not is_builtin(model):
+            tokens, rows = load_tokenizer(path).vocab_size, embedding_rows(model)
+            if tokens > rows:
+                raise ValueError(
+                    f"{path} has {tokens} tokens, more than the {rows} rows of the model's "
+                    f"embeddings (model_name: {model}): its ids past {rows - 1} would index no "
+                    "row; use the model's own tokenizer, or one trained for it"
+                )
+        return path
+
+    @property
+    def label(self) -> str:
+        """The model's name in spans and metrics (``rl.model``): ``tiny-llama``, or the folder's
+        (its config's ``_name_or_path`` when that is a name)."""
+        return model_label(self.model_name)
+
+    def output_size(self, vocab_size: int) -> int:
+        """Returns the size of the model's next-token distribution with a tokenizer of
+        ``vocab_size`` tokens: that size for ``tiny-llama`` (built to fit), else the folder's
+        embedding rows (often padded past its tokenizer's)."""
+        return vocab_size if is_builtin(self.model_name) else embedding_rows(self.model_name)
+
+    def tokenizer_folder(self) -> str | None:
+        """The folder of the model's tokenizer, or None for the built-in character tokenizer."""
+        if self.tokenizer is not None or is_builtin(self.model_name):
+            return self.tokenizer
+        return self.model_name
 
 
 @dataclass
@@ -175,10 +241,9 @@ class PolicyWorker:
         self.temperature = temperature
         # A rank Ray gave a GPU trains there (NCCL between ranks); else on the CPU (gloo).
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        build = build_causal_lm if cfg.head == "lm" else build_scalar_model
-        self.model = build(
-            cfg.model, vocab_size, seed
-        )  # the same seed: the same start on every rank
+        # Every rank builds the same start: the tiny Llama from the same seed, or the folder's
+        # weights, which every rank reads itself.
+        self.model = build_model(cfg.model_name, cfg.model, vocab_size, seed, cfg.head)
         if cfg.checkpoint:
             self.model.load_state_dict(read_policy_checkpoint(cfg.checkpoint)["model"])
         self.model.to(self.device)
@@ -370,7 +435,10 @@ class PolicyWorker:
 
     @carries_trace
     def save_checkpoint(self, path: str) -> str:
-        """Writes model, optimiser and scheduler state to ``path/policy.pt``; returns that file's path."""
+        """Writes model, optimiser and scheduler state to ``path/policy.pt`` (what a run resumes
+        from) and, for an ``lm`` model, the model and its tokenizer as a Hugging Face folder in
+        ``path/hf/`` (what ``AutoModelForCausalLM.from_pretrained`` loads as it is); returns
+        the ``policy.pt`` file's path."""
         os.makedirs(path, exist_ok=True)
         file = os.path.join(path, "policy.pt")
         torch.save(
@@ -381,6 +449,8 @@ class PolicyWorker:
             },
             file,
         )
+        if self.cfg.head == "lm":
+            self.save_pretrained(os.path.join(path, "hf"))
         return file
 
     @carries_trace
@@ -393,9 +463,11 @@ class PolicyWorker:
 
     @carries_trace
     def save_pretrained(self, path: str) -> str:
-        """Writes an ``lm`` model as a Hugging Face folder (config + safetensors) for vLLM; returns ``path``."""
-        self.model.save_pretrained(path)
-        return path
+        """Writes an ``lm`` model as a Hugging Face folder: config, safetensors weights and the
+        tokenizer's files, its config naming the model (:attr:`PolicyConfig.label`); for vLLM
+        and for a checkpoint. Returns ``path``."""
+        tokenizer = load_tokenizer(self.cfg.tokenizer_folder())
+        return save_folder(self.model, tokenizer, path, self.cfg.label)
 
     def close(self) -> TelemetryCost | None:
         """Flushes this worker's telemetry; call before the actor is killed. Returns what the

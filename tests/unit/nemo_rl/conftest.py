@@ -50,3 +50,16 @@ def supervised_run(tmp_path):
         return s, summary
 
     return run
+
+
+@pytest.fixture(scope="session")
+def tiny_hf(tmp_path_factory):
+    """What ``scripts/make_tiny_hf.py`` writes, written once per session: returns the folder
+    holding ``tiny-math-llama/`` (a Hugging Face model folder: a tiny Llama and its character
+    tokenizer) and ``math_train.jsonl`` / ``math_val.jsonl``."""
+    from nemo_rl.models.tiny_hf import TINY_MODEL, save_tiny_llama, write_math_set
+
+    out = tmp_path_factory.mktemp("tiny_hf")
+    save_tiny_llama(str(out / TINY_MODEL))
+    write_math_set(str(out))
+    return out

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from nemo_rl.algorithms.common import EnvConfig, make_task
+from nemo_rl.algorithms.common import make_task
 from nemo_rl.algorithms.distillation import MasterConfig, distillation_train, setup, teardown
 from nemo_rl.data import right_pad
 from nemo_rl.models.causal_lm import ModelConfig, build_causal_lm, token_logprobs
@@ -26,7 +26,7 @@ def supervised_teacher(path: Path, steps: int = 200, seed: int = 42) -> Path:
     A test fixture, not a loop: a quick way to a teacher that knows the task, so the test can
     see the student move toward it (the example trains its teacher with GRPO instead).
     """
-    task = make_task(EnvConfig(), seed)
+    task = make_task(MasterConfig(), seed)
     tok = task.tokenizer
     model = build_causal_lm(TEACHER, tok.vocab_size, seed)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)

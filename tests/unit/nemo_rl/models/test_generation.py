@@ -12,7 +12,7 @@ SMALL = ModelConfig(hidden_size=32, intermediate_size=64, num_layers=2, num_head
 def _gen(max_new_tokens: int = 4, temperature: float = 1.0) -> TorchGeneration:
     cfg = GenerationConfig(max_new_tokens=max_new_tokens, temperature=temperature)
     return TorchGeneration(
-        SMALL, "tiny", cfg, TOK.vocab_size, TOK.eos_token_id, TOK.pad_token_id, seed=0
+        SMALL, "tiny-llama", cfg, TOK.vocab_size, TOK.eos_token_id, TOK.pad_token_id, seed=0
     )
 
 

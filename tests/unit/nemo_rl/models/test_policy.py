@@ -18,7 +18,7 @@ GRPO_LOSS = ClippedPGLoss(ClippedPGLossConfig())
 def _batch(policy: PolicyWorker, advantages: torch.Tensor) -> dict[str, torch.Tensor]:
     gen = TorchGeneration(
         SMALL,
-        "tiny",
+        "tiny-llama",
         GenerationConfig(),
         TOK.vocab_size,
         TOK.eos_token_id,
@@ -158,3 +158,28 @@ def test_scalar_head_gives_one_value_per_token_and_starts_from_a_checkpoint(tmp_
         reference=False,
     )
     torch.testing.assert_close(b.get_values({"input_ids": ids, "attention_mask": mask}), values)
+
+
+def test_a_checkpoint_holds_the_policy_as_a_hugging_face_folder(tmp_path, tiny_hf):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from nemo_rl.models.pretrained import model_label
+
+    for name in ["tiny-llama", str(tiny_hf / "tiny-math-llama")]:
+        cfg = PolicyConfig(model_name=name, model=SMALL, lr=1e-2, train_passes=1)
+        policy = PolicyWorker(cfg, TOK.vocab_size, seed=0, loss_fn=GRPO_LOSS)
+        policy.train(_batch(policy, torch.tensor([1.0, -1.0] * 4)))
+        folder = tmp_path / model_label(name) / "policy"
+        assert policy.save_checkpoint(str(folder)) == str(folder / "policy.pt")
+        loaded = AutoModelForCausalLM.from_pretrained(folder / "hf", local_files_only=True)
+        for key, value in policy.state_dict().items():  # the trained weights, as they are
+            assert torch.equal(loaded.state_dict()[key], value), key
+        tokenizer = AutoTokenizer.from_pretrained(folder / "hf", local_files_only=True)
+        assert tokenizer.encode("42+7=") == TOK.encode("42+7=", add_bos=True)
+        assert model_label(str(folder / "hf")) == model_label(name)  # named as the model it was
+
+
+def test_a_scalar_head_model_keeps_only_its_resumable_checkpoint(tmp_path):
+    cfg = PolicyConfig(model=SMALL, head="scalar")
+    PolicyWorker(cfg, TOK.vocab_size, seed=0, reference=False).save_checkpoint(str(tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["policy.pt"]

@@ -135,3 +135,30 @@ def test_minibatches_are_shared_out_in_order():
     assert concat_rows(split_rows(batch, 3))["x"].tolist() == list(range(12))
     with pytest.raises(ValueError, match="mini-batch of 3 rows does not split into 2 ranks"):
         split_minibatches({"x": torch.arange(7)}, 2, 4)
+
+
+def test_every_rank_loads_the_model_folder_and_two_make_the_one_rank_update(tiny_hf, ray_cluster):
+    from transformers import AutoModelForCausalLM
+
+    from nemo_rl.data import load_tokenizer
+    from nemo_rl.models.tiny_hf import TINY_MODEL
+
+    folder = str(tiny_hf / TINY_MODEL)
+    tok = load_tokenizer(folder)
+    batch = encode_completions(tok, PROMPTS, ANSWERS)
+    saved = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True).state_dict()
+    after = {}
+    for num_workers in (1, 2):
+        cfg = _config(num_workers, 4).model_copy(update={"model_name": folder, "lr": 1e-3})
+        group = PolicyGroup(cfg, tok.vocab_size, 0, NLLLoss(), reference=False, num_cpus=0.5)
+        try:
+            for weights in group.workers.run_all("state_dict"):  # each rank read the folder
+                for k, v in saved.items():
+                    assert torch.equal(weights[k], v), k
+            group.train(batch)
+            after[num_workers] = group.workers.run_all("state_dict")
+        finally:
+            group.close()
+    for weights in after[2]:
+        for k, v in after[1][0].items():
+            torch.testing.assert_close(weights[k], v, atol=1e-5, rtol=0, msg=k)
