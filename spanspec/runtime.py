@@ -174,15 +174,15 @@ class _LiveSpan:
     span its enter started and restores the context that enter found.
     """
 
-    __slots__ = ("_attributes", "_gate", "_links", "_outer", "_span", "_token")
+    __slots__ = ("_attributes", "_gate", "_links", "_open")
 
     def __init__(self, gate: _Gate, attributes: dict[str, Any], links: Sequence[Any] = ()) -> None:
         self._gate = gate
         self._attributes = attributes
         self._links = links
-        self._span: Span | None = None
-        self._token: object = None
-        self._outer: list[tuple[Span | None, object]] | None = None  # entered again before exit
+        # (span, context token, the enter before it): entered again before exit, each exit
+        # pops its own. One slot set here, not three: this runs for every enabled span.
+        self._open: tuple[Span, object, Any] | None = None
 
     def start(self) -> Span:
         """Start the span without making it current (for generators)."""
@@ -200,18 +200,13 @@ class _LiveSpan:
             attributes=gate.clean(self._attributes) if self._attributes else None,
             links=_as_links(links) if links else None,
         )
-        if self._span is not None:
-            if self._outer is None:
-                self._outer = []
-            self._outer.append((self._span, self._token))
-        self._span, self._token = span, _attach(_in_context(span))
+        self._open = (span, _attach(_in_context(span)), self._open)
         return span
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
     ) -> bool:
-        span, token = cast(Span, self._span), self._token
-        self._span, self._token = self._outer.pop() if self._outer else (None, None)
+        span, token, self._open = self._open  # type: ignore[misc]
         # Not recording: shutdown already ended it as truncated (SIGTERM); leave it as it is.
         if span.is_recording():
             if exc is not None and not isinstance(exc, GeneratorExit):  # a generator closed
