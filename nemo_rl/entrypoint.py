@@ -122,7 +122,8 @@ def run_loop(loop: Loop, argv: Sequence[str] | None = None, doc: str | None = No
         print(job_cost(stats, result.worker_costs).line())
     print(f"metrics: {os.path.join(cfg.logger.log_dir, 'metrics.jsonl')}")
     trace_file = os.path.join(settings.file_dir, "traces.jsonl")
-    if settings.enabled and "file" in settings.exporters and os.path.exists(trace_file):
+    trained = any(result.summary.curves.values())  # a finished run run again trains nothing
+    if trained and settings.enabled and "file" in settings.exporters and os.path.exists(trace_file):
         print(step_breakdown(trace_file, run_id=settings.run_id))
         if loop.report is not None:
             print(loop.report(trace_file, settings.run_id))

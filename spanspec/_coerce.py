@@ -12,11 +12,11 @@ from spanspec.spec import AttributeDef
 
 __all__ = ["BAD", "FAST_TYPES", "coerce", "describe"]
 
-FAST_TYPES: dict[str, tuple[type, ...]] = {
-    "string": (str,),
-    "int": (int,),
-    "float": (float,),  # an int goes through _coerce: exported as a double, as declared
-    "bool": (bool,),
+FAST_TYPES: dict[str, type] = {
+    "string": str,
+    "int": int,
+    "float": float,  # an int goes through _coerce: exported as a double, as declared
+    "bool": bool,
 }
 BAD = object()
 

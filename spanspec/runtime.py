@@ -95,9 +95,10 @@ class _Gate:
         # A span with a max_duration is watched while open; any other pays nothing for it.
         self.bound = entry.max_duration_s if entry else None
         self.live: type[_LiveSpan] = _LiveSpan if self.bound is None else _WatchedSpan
-        # Exact Python types accepted without the slower general check.
+        # The one exact Python type accepted without the slower general check, per key (None:
+        # always the general check).
         self.types = {
-            key: FAST_TYPES.get(a.type, ()) if a.allowed is None and not a.sensitive else ()
+            key: FAST_TYPES.get(a.type) if a.allowed is None and not a.sensitive else None
             for key, a in self.attributes.items()
         }
 
@@ -109,8 +110,7 @@ class _Gate:
         """
         types = self.types
         for key, value in attributes.items():
-            fast = types.get(key)
-            if fast is None or type(value) not in fast:
+            if type(value) is not types.get(key):  # undeclared and None never match a type
                 return self._cleaned(attributes)
         return attributes
 
@@ -118,8 +118,7 @@ class _Gate:
         out = {}
         types = self.types
         for key, value in attributes.items():
-            fast = types.get(key)
-            if fast is None:
+            if key not in types:
                 _problem(
                     self,
                     "span.undeclared_attribute",
@@ -127,7 +126,7 @@ class _Gate:
                     key,
                 )
                 continue
-            if type(value) in fast:
+            if type(value) is types[key]:
                 out[key] = value
                 continue
             decl = self.attributes[key]
@@ -175,15 +174,15 @@ class _LiveSpan:
     span its enter started and restores the context that enter found.
     """
 
-    __slots__ = ("_attributes", "_gate", "_links", "_outer", "_span", "_token")
+    __slots__ = ("_attributes", "_gate", "_links", "_open")
 
     def __init__(self, gate: _Gate, attributes: dict[str, Any], links: Sequence[Any] = ()) -> None:
         self._gate = gate
         self._attributes = attributes
         self._links = links
-        self._span: Span | None = None
-        self._token: object = None
-        self._outer: list[tuple[Span | None, object]] | None = None  # entered again before exit
+        # (span, context token, the enter before it): entered again before exit, each exit
+        # pops its own. One slot set here, not three: this runs for every enabled span.
+        self._open: tuple[Span, object, Any] | None = None
 
     def start(self) -> Span:
         """Start the span without making it current (for generators)."""
@@ -191,25 +190,23 @@ class _LiveSpan:
         return gate.tracer.start_span(
             gate.name,
             attributes=gate.clean(self._attributes) if self._attributes else None,
-            links=[x if isinstance(x, trace.Link) else trace.Link(x) for x in links]
-            if links
-            else None,
+            links=_as_links(links) if links else None,
         )
 
     def __enter__(self) -> Span:
-        span = self.start()
-        if self._span is not None:
-            if self._outer is None:
-                self._outer = []
-            self._outer.append((self._span, self._token))
-        self._span, self._token = span, _attach(_in_context(span))
+        gate, links = self._gate, self._links
+        span = gate.tracer.start_span(  # start(), inlined: a call less on the enabled path
+            gate.name,
+            attributes=gate.clean(self._attributes) if self._attributes else None,
+            links=_as_links(links) if links else None,
+        )
+        self._open = (span, _attach(_in_context(span)), self._open)
         return span
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
     ) -> bool:
-        span, token = cast(Span, self._span), self._token
-        self._span, self._token = self._outer.pop() if self._outer else (None, None)
+        span, token, self._open = self._open  # type: ignore[misc]
         # Not recording: shutdown already ended it as truncated (SIGTERM); leave it as it is.
         if span.is_recording():
             if exc is not None and not isinstance(exc, GeneratorExit):  # a generator closed
@@ -223,27 +220,18 @@ class _WatchedSpan(_LiveSpan):
     """An enabled span with a ``max_duration``: the stall watchdog watches it while it is open
     as a ``with`` block (a ``@traced`` generator's span is not watched)."""
 
-    __slots__ = ("_clean", "_watched")
+    __slots__ = ("_watched",)
 
     def __init__(self, gate: _Gate, attributes: dict[str, Any], links: Sequence[Any] = ()) -> None:
         super().__init__(gate, attributes, links)
         self._watched: list[Any] = []
 
-    def start(self) -> Span:
-        gate, links = self._gate, self._links
-        attrs = self._clean = gate.clean(self._attributes) if self._attributes else None
-        return gate.tracer.start_span(
-            gate.name,
-            attributes=attrs,
-            links=[x if isinstance(x, trace.Link) else trace.Link(x) for x in links]
-            if links
-            else None,
-        )
-
     def __enter__(self) -> Span:
         span = super().__enter__()
-        bound = cast(float, self._gate.bound)
-        self._watched.append(watchdog.watch(self._gate.name, bound, span, self._clean))
+        gate = self._gate
+        # clean() again: the same dict back on the common path; a stall line shows what was kept.
+        attrs = gate.clean(self._attributes) if self._attributes else None
+        self._watched.append(watchdog.watch(gate.name, cast(float, gate.bound), span, attrs))
         return span
 
     def __exit__(
@@ -251,6 +239,10 @@ class _WatchedSpan(_LiveSpan):
     ) -> bool:
         watchdog.unwatch(self._watched.pop())
         return super().__exit__(exc_type, exc, tb)
+
+
+def _as_links(links: Sequence[Any]) -> list[trace.Link]:
+    return [x if isinstance(x, trace.Link) else trace.Link(x) for x in links]
 
 
 def _fail(span: Span, exc: BaseException) -> None:

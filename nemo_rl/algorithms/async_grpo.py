@@ -422,7 +422,8 @@ def setup(cfg: MasterConfig) -> AsyncGRPOSetup:
         common.wait_ready(buffer, collector)
     checkpoints = common.checkpoint_manager(cfg.checkpointing, cfg.logger)
     start_step = 0
-    if checkpoints is not None and (latest := checkpoints.latest()) is not None:
+    latest = checkpoints.latest() if checkpoints is not None else None
+    if latest is not None:
         with timer.span("rl.async_grpo.load_checkpoint", **common.resume_attributes(latest)):
             # The policy's weights go to the collector as version `step`, with its data position.
             state = common.read_checkpoint(latest, {"policy": policy})
@@ -430,7 +431,7 @@ def setup(cfg: MasterConfig) -> AsyncGRPOSetup:
             ask(call(collector.load_data_state, state["data"]), "the trajectory collector")
             weights = [policy.state_dict_ref()]
             ask(call(collector.update_weights, weights, start_step), "the trajectory collector")
-    logger = common.open_logger(cfg.logger, "async_grpo", a.max_steps, start_step)
+    logger = common.open_logger(cfg.logger, "async_grpo", a.max_steps, start_step, latest)
     if start_step:
         logger.print(
             f"resumed after step {start_step}: the replay buffer starts empty (trajectories "

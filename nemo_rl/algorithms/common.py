@@ -659,10 +659,27 @@ class RunSummary:
 # -- logging a step -------------------------------------------------------------------------------
 
 
-def open_logger(cfg: LoggerConfig, section: str, max_steps: int, start_step: int) -> Logger:
+def open_logger(
+    cfg: LoggerConfig,
+    section: str,
+    max_steps: int,
+    start_step: int,
+    resumed_from: str | None = None,
+) -> Logger:
     """Returns the run's logger, its progress bar at ``start_step`` of ``max_steps``; every
-    scalar it logs also goes to the registry's metrics (``nemo_rl.telemetry.record_metrics``)."""
-    return Logger(cfg, max_steps, initial_step=start_step, desc=section, sinks=(record_metrics,))
+    scalar it logs also goes to the registry's metrics (``nemo_rl.telemetry.record_metrics``).
+
+    A run that resumed from checkpoint ``resumed_from`` says so first, in one line: resuming is
+    what a preempted job wants, and a surprise to someone who meant to start again.
+    """
+    logger = Logger(cfg, max_steps, initial_step=start_step, desc=section, sinks=(record_metrics,))
+    if resumed_from is not None and start_step < max_steps:
+        logger.print(
+            f"resuming from {resumed_from}: steps 1-{start_step} of {max_steps} are done, "
+            f"training continues at step {start_step + 1} (to start afresh, give a new "
+            f"logger.log_dir or checkpointing.enabled=false)"
+        )
+    return logger
 
 
 def nothing_left(logger: Logger, section: str, start_step: int, max_steps: int) -> bool:
@@ -670,8 +687,9 @@ def nothing_left(logger: Logger, section: str, start_step: int, max_steps: int) 
     if start_step < max_steps:
         return False
     logger.print(
-        f"resumed after step {start_step}: {section}.max_steps={max_steps} is reached, "
-        f"nothing to train (raise {section}.max_steps, or start in a new logger.log_dir)"
+        f"this run already finished: its checkpoint is after step {start_step} and "
+        f"{section}.max_steps={max_steps}, so there is nothing to train (raise "
+        f"{section}.max_steps to train on, or give a new logger.log_dir to start afresh)"
     )
     return True
 

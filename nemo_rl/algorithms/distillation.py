@@ -257,11 +257,14 @@ def setup(cfg: MasterConfig) -> DistillationSetup:
     train_data = PromptIterator(task.train, seed=seed)
     checkpoints = common.checkpoint_manager(cfg.checkpointing, cfg.logger)
     start_step = 0
-    if checkpoints is not None and (latest := checkpoints.latest()) is not None:
+    latest = checkpoints.latest() if checkpoints is not None else None
+    if latest is not None:
         with timer.span("rl.distillation.load_checkpoint", **common.resume_attributes(latest)):
             workers = {"policy": student}
             start_step = common.restore_checkpoint(latest, workers, generation, train_data)
-    logger = common.open_logger(cfg.logger, "distillation", cfg.distillation.max_steps, start_step)
+    logger = common.open_logger(
+        cfg.logger, "distillation", cfg.distillation.max_steps, start_step, latest
+    )
     return DistillationSetup(
         cfg, task, train_data, student, teacher, generation, checkpoints, logger, start_step, timer
     )

@@ -128,11 +128,12 @@ def setup(cfg: MasterConfig) -> GRPOSetup:
     train_data = PromptIterator(task.train, seed=seed)
     checkpoints = common.checkpoint_manager(cfg.checkpointing, cfg.logger)
     start_step = 0
-    if checkpoints is not None and (latest := checkpoints.latest()) is not None:
+    latest = checkpoints.latest() if checkpoints is not None else None
+    if latest is not None:
         with timer.span("rl.grpo.load_checkpoint", **common.resume_attributes(latest)):
             workers = {"policy": policy}
             start_step = common.restore_checkpoint(latest, workers, generation, train_data)
-    logger = common.open_logger(cfg.logger, "grpo", cfg.grpo.max_steps, start_step)
+    logger = common.open_logger(cfg.logger, "grpo", cfg.grpo.max_steps, start_step, latest)
     return GRPOSetup(
         cfg, task, train_data, policy, generation, checkpoints, logger, start_step, timer
     )

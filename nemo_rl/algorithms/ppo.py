@@ -171,11 +171,12 @@ def setup(cfg: MasterConfig) -> PPOSetup:
     train_data = PromptIterator(task.train, seed=seed)
     checkpoints = common.checkpoint_manager(cfg.checkpointing, cfg.logger)
     start_step = 0
-    if checkpoints is not None and (latest := checkpoints.latest()) is not None:
+    latest = checkpoints.latest() if checkpoints is not None else None
+    if latest is not None:
         with timer.span("rl.ppo.load_checkpoint", **common.resume_attributes(latest)):
             workers = {"policy": policy, "value": value}
             start_step = common.restore_checkpoint(latest, workers, generation, train_data)
-    logger = common.open_logger(cfg.logger, "ppo", cfg.ppo.max_steps, start_step)
+    logger = common.open_logger(cfg.logger, "ppo", cfg.ppo.max_steps, start_step, latest)
     return PPOSetup(
         cfg, task, train_data, policy, value, generation, checkpoints, logger, start_step, timer
     )

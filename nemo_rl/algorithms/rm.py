@@ -73,10 +73,11 @@ def setup(cfg: MasterConfig) -> sv.SupervisedSetup:
     train_data = PromptIterator(train_pairs, seed=seed)
     checkpoints = common.checkpoint_manager(cfg.checkpointing, cfg.logger)
     start_step = 0
-    if checkpoints is not None and (latest := checkpoints.latest()) is not None:
+    latest = checkpoints.latest() if checkpoints is not None else None
+    if latest is not None:
         with timer.span("rl.rm.load_checkpoint", **common.resume_attributes(latest)):
             start_step = common.restore_checkpoint(latest, {"policy": model}, None, train_data)
-    logger = common.open_logger(cfg.logger, "rm", cfg.rm.max_steps, start_step)
+    logger = common.open_logger(cfg.logger, "rm", cfg.rm.max_steps, start_step, latest)
     return sv.SupervisedSetup(
         cfg, task, train_data, val_pairs, model, checkpoints, logger, start_step, timer
     )

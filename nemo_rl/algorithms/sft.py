@@ -73,11 +73,12 @@ def setup(cfg: MasterConfig) -> sv.SupervisedSetup:
     train_data = PromptIterator(task.train, seed=seed)
     checkpoints = common.checkpoint_manager(cfg.checkpointing, cfg.logger)
     start_step = 0
-    if checkpoints is not None and (latest := checkpoints.latest()) is not None:
+    latest = checkpoints.latest() if checkpoints is not None else None
+    if latest is not None:
         with timer.span("rl.sft.load_checkpoint", **common.resume_attributes(latest)):
             # The generation worker gets the trained weights when it validates.
             start_step = common.restore_checkpoint(latest, {"policy": policy}, None, train_data)
-    logger = common.open_logger(cfg.logger, "sft", cfg.sft.max_steps, start_step)
+    logger = common.open_logger(cfg.logger, "sft", cfg.sft.max_steps, start_step, latest)
     return sv.SupervisedSetup(
         cfg, task, train_data, task.val, policy, checkpoints, logger, start_step, timer, generation
     )

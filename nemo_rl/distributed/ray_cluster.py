@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import signal
 import socket
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import ray
@@ -98,6 +101,21 @@ def _no_answer(host: str, port: int, timeout_s: float) -> str | None:
     return None
 
 
+_RAY_TOKEN_NOTICE = "ray._private.authentication.authentication_token_setup"
+
+
+@contextlib.contextmanager
+def _quiet(logger_name: str) -> Iterator[None]:
+    """Shows only errors from ``logger_name`` while the block runs."""
+    log = logging.getLogger(logger_name)
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
 def init_ray(num_cpus: int = 4, address: str | None = None) -> dict[str, Any]:
     """Joins ``address`` (or ``$RAY_ADDRESS``) if given, else starts a local cluster; returns its resources.
 
@@ -116,17 +134,21 @@ def init_ray(num_cpus: int = 4, address: str | None = None) -> dict[str, Any]:
         if address:
             ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
         else:
-            ray.init(
-                # "local" starts a new cluster even when `ray start` left one on this machine,
-                # which a plain ray.init() would join (and then refuse num_cpus).
-                address="local",
-                num_cpus=num_cpus,
-                include_dashboard=False,
-                _node_ip_address="127.0.0.1",
-                runtime_env=runtime_env,
-                log_to_driver=True,
-                configure_logging=False,
-            )
+            # Ray turns token auth on for a new local cluster, as it should, and says so on every
+            # run; nothing for the user to do, so the notice is not shown (RAY_AUTH_MODE still
+            # chooses, and Ray's other warnings pass).
+            with _quiet(_RAY_TOKEN_NOTICE):
+                ray.init(
+                    # "local" starts a new cluster even when `ray start` left one on this machine,
+                    # which a plain ray.init() would join (and then refuse num_cpus).
+                    address="local",
+                    num_cpus=num_cpus,
+                    include_dashboard=False,
+                    _node_ip_address="127.0.0.1",
+                    runtime_env=runtime_env,
+                    log_to_driver=True,
+                    configure_logging=False,
+                )
     if callable(previous) and signal.getsignal(signal.SIGTERM) is not previous:
         signal.signal(signal.SIGTERM, previous)
     return ray.cluster_resources()

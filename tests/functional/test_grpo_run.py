@@ -49,7 +49,8 @@ def run(tmp_path_factory):
         "telemetry.exporter=file",
         "telemetry.span_groups=per_step",
     )
-    return log_dir, proc.stdout, read_spans(log_dir / "telemetry" / "traces.jsonl")
+    # stdout and stderr as the terminal shows them: what a user reads
+    return log_dir, proc.stdout + proc.stderr, read_spans(log_dir / "telemetry" / "traces.jsonl")
 
 
 def test_each_step_is_a_root_trace_holding_every_phase(run):
@@ -156,6 +157,8 @@ def test_metrics_file_holds_the_training_signals(run):
     # the run ends by saying where the step time went and where the traces are
     assert "where the step time went" in stdout and "rl.grpo.policy_update" in stdout
     assert str(log_dir / "telemetry" / "traces.jsonl") in stdout
+    # Ray's own default (token auth on a new local cluster) is set explicitly, so no notice
+    assert "Token authentication" not in stdout
 
 
 def test_logger_metrics_reach_opentelemetry(run):

@@ -35,6 +35,7 @@ PAGES = [
     GUIDE / "watchdog.md",
     GUIDE / "vllm.md",
     GUIDE / "extending.md",
+    GUIDE / "instrumenting.md",
     GUIDE / "nemo-lens.md",
     ROOT / "nemo_rl" / "telemetry" / "README.md",
 ]

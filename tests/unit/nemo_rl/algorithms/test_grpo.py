@@ -70,8 +70,13 @@ def test_resume_continues_step_count_and_data_order_exactly(
     first = _run(_config(tmp_path / "resumed", "grpo.max_steps=2", *small))
     assert first["start_step"] == 0 and len(first["rewards"]) == 2
     assert (tmp_path / "resumed" / "checkpoints" / "step_2" / "trainer_state.json").exists()
+    capsys.readouterr()
     second = _run(_config(tmp_path / "resumed", "grpo.max_steps=4", *small))
-
+    step_2 = tmp_path / "resumed" / "checkpoints" / "step_2"
+    assert (
+        f"resuming from {step_2}: steps 1-2 of 4 are done, training continues at step 3"
+        in capsys.readouterr().out
+    )  # never silently
     assert second["start_step"] == 2  # picked up after the checkpointed step
     assert len(second["rewards"]) == 2  # and ran only the remaining steps
     assert second["data"] == straight["data"]  # the data iterator ended in the same place
@@ -87,7 +92,9 @@ def test_resume_continues_step_count_and_data_order_exactly(
     capsys.readouterr()
     third = _run(_config(tmp_path / "resumed", "grpo.max_steps=4", *small))
     assert third["start_step"] == 4 and third["rewards"] == []
-    assert "grpo.max_steps=4 is reached, nothing to train" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "this run already finished" in out and "grpo.max_steps=4, so there is nothing" in out
+    assert "resuming" not in out
 
 
 @pytest.mark.slow

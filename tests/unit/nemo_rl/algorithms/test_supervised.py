@@ -32,7 +32,9 @@ def test_resume_continues_step_count_and_data_order_exactly(
     straight, _ = supervised_run(module, "straight", f"{algo}.max_steps=4", *small)
     first, summary = supervised_run(module, "resumed", f"{algo}.max_steps=2", *small)
     assert first.start_step == 0 and len(summary.curves["loss"]) == 2
+    capsys.readouterr()
     second, summary = supervised_run(module, "resumed", f"{algo}.max_steps=4", *small)
+    assert "steps 1-2 of 4 are done, training continues at step 3" in capsys.readouterr().out
     assert second.start_step == 2 and len(summary.curves["loss"]) == 2  # only the rest
     (loaded,) = spans.named(f"rl.{algo}.load_checkpoint")
     assert loaded.attributes["rl.checkpoint.step"] == 2
@@ -47,7 +49,7 @@ def test_resume_continues_step_count_and_data_order_exactly(
     capsys.readouterr()
     third, summary = supervised_run(module, "resumed", f"{algo}.max_steps=4", *small)
     assert third.start_step == 4 and summary.curves == {}
-    assert f"{algo}.max_steps=4 is reached, nothing to train" in capsys.readouterr().out
+    assert f"{algo}.max_steps=4, so there is nothing to train" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
