@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -93,6 +94,13 @@ def run_loop(loop: Loop, argv: Sequence[str] | None = None, doc: str | None = No
 
     settings = handle.settings
     print(f"telemetry: {handle.destinations()}", flush=True)  # where each signal goes
+    if settings.enabled:  # which run this is, and what it records: before the first step
+        print(
+            f"run {settings.run_id}: span groups {settings.span_groups}, export "
+            f"{settings.export_strategy} (every setting and its source: python -m "
+            f"nemo_rl.telemetry settings {_shown(args.config, args.overrides)})",
+            flush=True,
+        )
     print(inputs.line(), flush=True)
     terminate = _Terminate()
     try:
@@ -161,6 +169,12 @@ class _Terminate:
         self.received = True
         shutdown_telemetry()  # bounded; open spans, the job span too, end as truncated
         raise KeyboardInterrupt("SIGTERM")
+
+
+def _shown(config: str, overrides: Sequence[str]) -> str:
+    """The config and overrides as a command line, the config relative to here when inside."""
+    path = os.path.relpath(config) if not os.path.relpath(config).startswith("..") else config
+    return shlex.join([path, *overrides])
 
 
 def _shutdown() -> ExportStats | None:

@@ -135,7 +135,7 @@ def test_checkpoint_and_validation_spans_on_their_intervals(run):
 
 
 def test_metrics_file_holds_the_training_signals(run):
-    log_dir, stdout, _ = run
+    log_dir, stdout, spans = run
     rows = [json.loads(line) for line in (log_dir / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in rows if "train/reward_mean" in r]
     assert [r["step"] for r in train] == list(range(1, STEPS + 1))
@@ -157,8 +157,12 @@ def test_metrics_file_holds_the_training_signals(run):
     # the run ends by saying where the step time went and where the traces are
     assert "where the step time went" in stdout and "rl.grpo.policy_update" in stdout
     assert str(log_dir / "telemetry" / "traces.jsonl") in stdout
-    # Ray's own default (token auth on a new local cluster) is set explicitly, so no notice
+    # Ray's token-auth notice for the local cluster (nothing to act on) is not shown
     assert "Token authentication" not in stdout
+    # the console names the run the traces carry, before the first step, with its groups
+    (run_id,) = {s["resource"]["rl.run_id"] for s in spans}
+    assert f"run {run_id}: span groups per_step, export single_rank" in stdout
+    assert stdout.index(f"run {run_id}:") < stdout.index("where the step time went")
 
 
 def test_logger_metrics_reach_opentelemetry(run):
