@@ -198,7 +198,8 @@ def read_run(path: str | os.PathLike[str], spec: Spec, run_id: str | None = None
     steps, stream = read_steps(files, spec, run_id)
     bad = [f for f in stream.findings if f.level == "violation"]
     if bad:
-        raise DiffError(f"{bad[0]} (fix or remove the line, then compare again)")
+        fix = " (fix or remove the line, then compare again)" if bad[0].line else ""
+        raise DiffError(f"{bad[0]}{fix}")
     runs = [s.run_id for s in steps if s.run_id]
     if run_id is None and len(set(runs)) > 1:
         run_id = runs[-1]

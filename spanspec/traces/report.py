@@ -227,18 +227,21 @@ def write_report(
     out: str | os.PathLike[str],
     spec: Spec | Callable[[Sequence[SpanRecord]], Spec] | None = None,
     run_id: str | None = None,
+    baseline: str | os.PathLike[str] | None = None,
 ) -> dict[str, Any]:
     """Read the traces PATH names, write the HTML report to ``out``; return the report's data.
 
     ``spec`` is the registry, or a function that chooses it from the spans read (the CLI looks
-    for the registry the run recorded), by default the discovered registry.
+    for the registry the run recorded), by default the discovered registry. With ``baseline``
+    (another run), the page adds the comparison of ``spanspec diff`` (this run the candidate),
+    both runs' step times on one chart, and the baseline's run id (``data["baseline"]``).
 
     Returns:
         The data the page shows (see :func:`report_data`), plus ``files``.
 
     Raises:
         ReportError: for a missing path, no trace file, unreadable lines, an unknown run id, or
-            no spans at all.
+            no spans at all; for a baseline that ``spanspec diff`` refuses.
     """
     files = find_trace_files(path)
     read = read_traces(files)
@@ -249,11 +252,36 @@ def write_report(
         raise ReportError(f"{files[0]}: the file holds no spans")
     if callable(spec):
         spec = spec(read.spans)
-    data = report_data(read.spans, spec or _load(), run_id=run_id)
+    spec = spec or _load()
+    data = report_data(read.spans, spec, run_id=run_id)
     data["files"] = [str(f) for f in files]
+    if baseline is not None:
+        data["baseline"] = _baseline(baseline, path, spec, data["run_id"])
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(render_report(data), encoding="utf-8")
     return data
+
+
+def _baseline(
+    baseline: str | os.PathLike[str], path: str | os.PathLike[str], spec: Spec, run_id: str | None
+) -> dict[str, Any]:
+    """The comparison with a baseline run, as the page shows it."""
+    from spanspec.traces.diff import DiffError, diff_runs, read_run
+
+    try:
+        base = read_run(baseline, spec)
+        result = diff_runs(base, read_run(path, spec, run_id))
+    except DiffError as exc:
+        raise ReportError(f"--baseline: {exc}") from None
+    out = result.to_json()
+    return {
+        "path": str(baseline),
+        "run_id": base.run_id,
+        "method": result.header().removeprefix("method: "),
+        "rows": out["rows"],
+        "slower": out["slower"],
+        "steps": [{"iteration": s.iteration, "dur_ms": s.seconds * 1e3} for s in base.steps],
+    }
 
 
 def _load() -> Spec:
