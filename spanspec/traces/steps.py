@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -134,16 +134,25 @@ class StepCollector:
     """Builds :class:`StepTimes` from spans fed in end order, holding only what is in flight.
 
     ``add(span)`` returns the steps it closed; ``finish()`` the rest. With ``run_id``, spans of
-    other runs (the registry's ``conventions.run_attribute``) are skipped as they come.
+    other runs (the registry's ``conventions.run_attribute``) are skipped as they come. With
+    ``on_step``, each closed step is also handed over with its step span and its member spans
+    (the step span first), before they are let go.
     """
 
-    def __init__(self, spec: Spec, run_id: str | None = None, grace_s: float = GRACE_S) -> None:
+    def __init__(
+        self,
+        spec: Spec,
+        run_id: str | None = None,
+        grace_s: float = GRACE_S,
+        on_step: Callable[[StepTimes, Any, list[Any]], None] | None = None,
+    ) -> None:
         step_span = spec.conventions.step_span
         self.spec = spec
         self.step_names = spec.spans_of_template(step_span) if step_span else frozenset()
         self.run_key = spec.conventions.run_attribute
         self.run_id = run_id
         self.grace_ns = int(grace_s * 1e9)
+        self.on_step = on_step
         self.spans = 0
         self.held_peak = 0
         self._by_id: dict[str, Any] = {}
@@ -183,9 +192,25 @@ class StepCollector:
         self._open = [s for s in self._open if not due(s)]
         out = []
         for step in sorted(ready, key=lambda s: s.start_time_unix_nano):
-            out.append(step_times(step, self._children, self.spec))
+            times = step_times(step, self._children, self.spec)
+            out.append(times)
+            if self.on_step is not None:
+                self.on_step(times, step, self._members(step))
             self._forget(step)
         return out
+
+    def _members(self, step: Any) -> list[Any]:
+        """The step span and every span held below it, each once."""
+        members = [step]
+        seen = {step.span_id}
+        stack = [step]
+        while stack:
+            for child in self._children.get(stack.pop().span_id, ()):
+                if child.span_id not in seen:
+                    seen.add(child.span_id)
+                    members.append(child)
+                    stack.append(child)
+        return members
 
     def _forget(self, root: Any) -> None:
         """Drop ``root`` and what is held below it."""
