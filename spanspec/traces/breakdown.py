@@ -20,10 +20,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from spanspec.spec import Spec
-from spanspec.traces.steps import StepTimes, collect_steps, read_steps
+from spanspec.traces.otlp_json import TraceStream
+from spanspec.traces.steps import StepTimes, collect_steps, iter_steps
 
 __all__ = [
     "Breakdown",
+    "BreakdownFold",
     "PhaseTime",
     "breakdown_of_steps",
     "compute_breakdown",
@@ -87,58 +89,75 @@ def compute_breakdown(spans: Iterable[object], spec: Spec) -> Breakdown:
     return breakdown_of_steps(collect_steps(spans, spec), spec)
 
 
+class BreakdownFold:
+    """The breakdown as a fold: ``add`` each step (:class:`~spanspec.traces.steps.StepTimes`) as it
+    is read, then ``result``; it keeps totals per phase and lane, never the steps."""
+
+    def __init__(self) -> None:
+        self.totals: dict[tuple[str, ...], dict[str, float]] = {}
+        self.counts: dict[tuple[str, ...], int] = defaultdict(int)
+        self.bucket_totals: dict[str, float] = defaultdict(float)
+        self.step_total = 0.0
+        self.steps = 0
+
+    def add(self, step: StepTimes) -> None:
+        """Count one step."""
+        self.steps += 1
+        self.step_total += step.seconds
+        for path, lanes in step.phases.items():
+            here = self.totals.setdefault(path, {})
+            for lane, seconds in lanes.items():
+                here[lane] = here.get(lane, 0.0) + seconds
+            self.counts[path] += step.counts.get(path, 0)
+        for bucket, seconds in step.buckets.items():
+            self.bucket_totals[bucket] += seconds
+
+    def result(self, spec: Spec) -> Breakdown:
+        """The :class:`Breakdown` of the steps added; with none, one whose ``hint`` says why."""
+        n, step_total = self.steps, self.step_total
+        if not n:
+            return Breakdown(0, 0.0, hint=_no_steps(spec))
+
+        def bucket_of(name: str) -> str | None:
+            entry = spec.spans.get(name)
+            return spec.groups[entry.group].bucket if entry else None
+
+        phases = []
+        for path in _tree_order(list(self.totals)):
+            by_lane = self.totals[path]
+            ranks = len(by_lane)
+            total = sum(by_lane.values())
+            slowest = max(by_lane.items(), key=lambda kv: kv[1]) if ranks > 1 else None
+            phases.append(
+                PhaseTime(
+                    name=path[-1],
+                    depth=len(path) - 1,
+                    mean_s=total / n / ranks,
+                    share=total / ranks / step_total if step_total else 0.0,
+                    bucket=bucket_of(path[-1]),
+                    count=self.counts[path],
+                    ranks=ranks,
+                    slowest=(slowest[0], slowest[1] / n) if slowest else None,
+                )
+            )
+        buckets = {
+            b: t / step_total if step_total else 0.0
+            for b, t in sorted(self.bucket_totals.items(), key=lambda kv: -kv[1])
+        }
+        return Breakdown(n, step_total / n, phases, buckets)
+
+
 def breakdown_of_steps(steps: Iterable[StepTimes], spec: Spec) -> Breakdown:
     """The :class:`Breakdown` of steps read by :mod:`spanspec.traces.steps` (a fold: the steps
-    may come from a stream).
+    may come from a stream and are not kept).
 
     Returns:
         The :class:`Breakdown`; with no step, one of zero steps whose ``hint`` says why.
     """
-    totals: dict[tuple[str, ...], dict[str, float]] = {}
-    counts: dict[tuple[str, ...], int] = defaultdict(int)
-    bucket_totals: dict[str, float] = defaultdict(float)
-    step_total = 0.0
-    n = 0
+    fold = BreakdownFold()
     for step in steps:
-        n += 1
-        step_total += step.seconds
-        for path, lanes in step.phases.items():
-            here = totals.setdefault(path, {})
-            for lane, seconds in lanes.items():
-                here[lane] = here.get(lane, 0.0) + seconds
-            counts[path] += step.counts.get(path, 0)
-        for bucket, seconds in step.buckets.items():
-            bucket_totals[bucket] += seconds
-    if not n:
-        return Breakdown(0, 0.0, hint=_no_steps(spec))
-
-    def bucket_of(name: str) -> str | None:
-        entry = spec.spans.get(name)
-        return spec.groups[entry.group].bucket if entry else None
-
-    phases = []
-    for path in _tree_order(list(totals)):
-        by_lane = totals[path]
-        ranks = len(by_lane)
-        total = sum(by_lane.values())
-        slowest = max(by_lane.items(), key=lambda kv: kv[1]) if ranks > 1 else None
-        phases.append(
-            PhaseTime(
-                name=path[-1],
-                depth=len(path) - 1,
-                mean_s=total / n / ranks,
-                share=total / ranks / step_total if step_total else 0.0,
-                bucket=bucket_of(path[-1]),
-                count=counts[path],
-                ranks=ranks,
-                slowest=(slowest[0], slowest[1] / n) if slowest else None,
-            )
-        )
-    buckets = {
-        b: t / step_total if step_total else 0.0
-        for b, t in sorted(bucket_totals.items(), key=lambda kv: -kv[1])
-    }
-    return Breakdown(n, step_total / n, phases, buckets)
+        fold.add(step)
+    return fold.result(spec)
 
 
 def _no_steps(spec: Spec) -> str:
@@ -194,8 +213,8 @@ def step_breakdown(
         raise ValueError(
             "a run id needs the registry's conventions.run_attribute, which it does not name"
         )
-    steps, _ = read_steps(paths, spec, run_id)  # one pass, memory bounded by the steps in flight
-    return breakdown_of_steps(steps, spec)
+    stream = TraceStream(paths)  # one pass, memory bounded by the steps in flight
+    return breakdown_of_steps(iter_steps(stream.merged(), spec, run_id), spec)
 
 
 def _load() -> Spec:

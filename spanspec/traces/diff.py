@@ -21,15 +21,16 @@ from __future__ import annotations
 import json
 import math
 import os
+from array import array
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from spanspec.spec import Spec
-from spanspec.traces.otlp_json import TRACE_FILE, attribute_value, trace_files
+from spanspec.traces.otlp_json import TRACE_FILE, TraceStream, attribute_value, trace_files
 from spanspec.traces.stats import mann_whitney_u, median
-from spanspec.traces.steps import StepTimes, read_steps
+from spanspec.traces.steps import StepTimes, iter_steps
 
 __all__ = ["DiffError", "Row", "RunDiff", "RunSide", "diff_runs", "read_run"]
 
@@ -40,21 +41,85 @@ class DiffError(Exception):
     """Bad input for a comparison: one line saying what and where."""
 
 
+Key = tuple[Any, ...]  # ("step",), ("phase", path), ("bucket", name)
+
+
 @dataclass
 class RunSide:
-    """One run as the comparison reads it."""
+    """One run as the comparison reads it: per step, in start order, the seconds of the step, of
+    each phase (the mean over the lanes that ran it) and of each bucket, in ``samples`` (one
+    array per row, NaN where a step lacks the phase): a few numbers a step, never its spans."""
 
     path: str
     run_id: str | None
-    steps: list[StepTimes]
+    steps: int
+    step_names: list[str]
+    samples: dict[Key, array] = field(default_factory=dict)
+    iterations: list[int | None] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
     spans: int = 0
     bytes: int = 0
     metrics: dict[str, list[float]] = field(default_factory=dict)
 
-    @property
-    def step_names(self) -> list[str]:
-        return sorted({s.name for s in self.steps})
+    def values(self, key: Key, start: int = 0, stop: int | None = None) -> list[float]:
+        """The row's seconds in steps ``start:stop`` that have it."""
+        got = self.samples.get(key)
+        if got is None:
+            return []
+        return [v for v in got[start:stop] if not math.isnan(v)]
+
+    def part(self, start: int, stop: int | None = None, path: str | None = None) -> RunSide:
+        """The steps ``start:stop`` of this run, as a run of their own."""
+        return replace(
+            self,
+            path=path or self.path,
+            steps=len(self.iterations[start:stop]),
+            samples={k: v[start:stop] for k, v in self.samples.items()},
+            iterations=self.iterations[start:stop],
+        )
+
+
+class _SideFold:
+    """Builds a :class:`RunSide`'s samples from steps as they are closed."""
+
+    def __init__(self) -> None:
+        self.samples: dict[Key, array] = {}
+        self.starts: list[int] = []
+        self.iterations: list[int | None] = []
+        self.names: set[str] = set()
+        self.spans = 0
+
+    def add(self, step: StepTimes) -> None:
+        n = len(self.starts)
+        self.starts.append(step.start_unix_nano)
+        self.iterations.append(step.iteration)
+        self.names.add(step.name)
+        self.spans += 1 + sum(step.counts.values())
+        row = {("step",): step.seconds}
+        for path in step.phases:
+            row[("phase", path)] = step.phase_seconds(path) or 0.0
+        for bucket, seconds in step.buckets.items():
+            row[("bucket", bucket)] = seconds
+        for key, value in row.items():
+            got = self.samples.get(key)
+            if got is None:
+                got = self.samples[key] = array("d", [math.nan] * n)
+            got.append(value)
+        for got in self.samples.values():
+            if len(got) == n:  # a row this step does not have
+                got.append(math.nan)
+
+    def side(self, path: str, run_id: str | None) -> RunSide:
+        order = sorted(range(len(self.starts)), key=self.starts.__getitem__)
+        return RunSide(
+            path=path,
+            run_id=run_id,
+            steps=len(order),
+            step_names=sorted(self.names),
+            samples={k: array("d", (v[i] for i in order)) for k, v in self.samples.items()},
+            iterations=[self.iterations[i] for i in order],
+            spans=self.spans,
+        )
 
 
 @dataclass(frozen=True)
@@ -113,7 +178,7 @@ class RunDiff:
             return {
                 "path": r.path,
                 "run_id": r.run_id,
-                "steps": len(r.steps),
+                "steps": r.steps,
                 "step_names": r.step_names,
                 "files": r.files,
             }
@@ -132,12 +197,13 @@ class RunDiff:
     def __str__(self) -> str:
         b, c = self.baseline, self.candidate
         lines = [
-            f"baseline:  {b.path} (run {b.run_id or '-'}, {len(b.steps)} steps)",
-            f"candidate: {c.path} (run {c.run_id or '-'}, {len(c.steps)} steps)",
+            f"baseline:  {b.path} (run {b.run_id or '-'}, {b.steps} steps)",
+            f"candidate: {c.path} (run {c.run_id or '-'}, {c.steps} steps)",
             self.header(),
             "",
-            f"  {'phase':44} {'steps':>9} {'median s':>17} {'mean s':>17} {'ratio':>6} "
-            f"{'p':>6}  verdict",
+            f"  {'':44} {'steps':^9} {'median s':^17} {'mean s':^17}",
+            f"  {'phase':44} {'base/cand':>9} {'base':>8} {'cand':>8} {'base':>8} {'cand':>8} "
+            f"{'ratio':>6} {'p':>6}  verdict",
         ]
         for r in self.rows:
             label = ("  " * r.depth + r.name) if r.kind != "bucket" else f"bucket {r.name}"
@@ -195,27 +261,26 @@ def read_run(path: str | os.PathLike[str], spec: Spec, run_id: str | None = None
     files, problems = trace_files(p)
     if problems:
         raise DiffError(str(problems[0]))
-    steps, stream = read_steps(files, spec, run_id)
+    stream = TraceStream(files)
+    folds: dict[str | None, _SideFold] = {}
+    for step in iter_steps(stream.merged(), spec, run_id):
+        fold = folds.get(step.run_id)
+        if fold is None:
+            fold = folds[step.run_id] = _SideFold()
+        fold.add(step)
     bad = [f for f in stream.findings if f.level == "violation"]
     if bad:
         fix = " (fix or remove the line, then compare again)" if bad[0].line else ""
         raise DiffError(f"{bad[0]}{fix}")
-    runs = [s.run_id for s in steps if s.run_id]
-    if run_id is None and len(set(runs)) > 1:
-        run_id = runs[-1]
-        steps = [s for s in steps if s.run_id == run_id]
-    if not steps:
+    if not folds:
         from spanspec.traces.breakdown import _no_steps
 
         raise DiffError(f"{p}: {_no_steps(spec)}; nothing to compare")
-    side = RunSide(
-        path=str(p),
-        run_id=run_id or (runs[-1] if runs else None),
-        steps=steps,
-        files=[str(f) for f in files],
-        spans=sum(sum(s.counts.values()) + 1 for s in steps),
-        bytes=stream.bytes,
-    )
+    # Several runs in the files: the latest (by its first step) unless one was asked for.
+    chosen = max(folds, key=lambda r: min(folds[r].starts))
+    side = folds[chosen].side(str(p), chosen)
+    side.files = [str(f) for f in files]
+    side.bytes = stream.bytes
     side.metrics = _read_metrics([f.with_name(METRICS_FILE) for f in files], spec, side.run_id)
     return side
 
@@ -312,46 +377,40 @@ def diff_runs(
             f"{baseline.path}, {', '.join(candidate.step_names)} in {candidate.path}): they ran "
             "different programs or algorithms; pass --force to compare them anyway"
         )
-    b_steps, c_steps = baseline.steps[warmup:], candidate.steps[warmup:]
-    for side, kept in ((baseline, b_steps), (candidate, c_steps)):
-        if not kept:
+    for side in (baseline, candidate):
+        if side.steps <= warmup:
             raise DiffError(
-                f"{side.path}: {len(side.steps)} step(s), none left after --warmup {warmup}; "
+                f"{side.path}: {side.steps} step(s), none left after --warmup {warmup}; "
                 "run more steps or pass a smaller --warmup"
             )
 
-    def args(name: str, depth: int, kind: str, b: list[float], c: list[float]) -> Row:
-        return _row(kind, name, depth, b, c, threshold, alpha, min_seconds)
+    def row(kind: str, name: str, depth: int, key: Key) -> Row:
+        base, cand = baseline.values(key, warmup), candidate.values(key, warmup)
+        return _row(kind, name, depth, base, cand, threshold, alpha, min_seconds)
 
-    rows = [args("step", 0, "step", [s.seconds for s in b_steps], [s.seconds for s in c_steps])]
-    paths: dict[tuple[str, ...], None] = {}
-    for s in (*b_steps, *c_steps):
-        for path in s.phases:
-            paths.setdefault(path, None)
-    for path in _tree_order(list(paths)):
-
-        def samples(steps: list[StepTimes], path: tuple[str, ...] = path) -> list[float]:
-            return [v for v in (s.phase_seconds(path) for s in steps) if v is not None]
-
-        rows.append(args(path[-1], len(path), "phase", samples(b_steps), samples(c_steps)))
-    buckets: dict[str, None] = {}
-    for s in (*b_steps, *c_steps):
-        for bucket in s.buckets:
-            buckets.setdefault(bucket, None)
-    for bucket in buckets:
-        rows.append(
-            args(
-                bucket,
-                0,
-                "bucket",
-                [s.buckets.get(bucket, 0.0) for s in b_steps],
-                [s.buckets.get(bucket, 0.0) for s in c_steps],
+    rows = [row("step", "step", 0, ("step",))]
+    keys = list(dict.fromkeys([*baseline.samples, *candidate.samples]))
+    paths = [k[1] for k in keys if k[0] == "phase"]
+    for path in _tree_order(paths):
+        rows.append(row("phase", path[-1], len(path), ("phase", path)))
+    for key in keys:
+        if key[0] == "bucket":
+            # A step without a bucket spent no time in it.
+            base = (
+                [0.0 if math.isnan(v) else v for v in baseline.samples[key][warmup:]]
+                if key in baseline.samples
+                else [0.0] * (baseline.steps - warmup)
             )
-        )
+            cand = (
+                [0.0 if math.isnan(v) else v for v in candidate.samples[key][warmup:]]
+                if key in candidate.samples
+                else [0.0] * (candidate.steps - warmup)
+            )
+            rows.append(_row("bucket", key[1], 0, base, cand, threshold, alpha, min_seconds))
     telemetry = []
     for name, fb, fc in (
-        ("spans per step", baseline.spans / len(baseline.steps), candidate.spans / len(candidate.steps)),
-        ("trace bytes per step", baseline.bytes / len(baseline.steps), candidate.bytes / len(candidate.steps)),
+        ("spans per step", baseline.spans / baseline.steps, candidate.spans / candidate.steps),
+        ("trace bytes per step", baseline.bytes / baseline.steps, candidate.bytes / candidate.steps),
         ("spans", baseline.spans, candidate.spans),
         ("trace bytes", baseline.bytes, candidate.bytes),
     ):  # fmt: skip

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from spanspec.spec import Spec
-from spanspec.traces.breakdown import Breakdown, breakdown_of_steps
+from spanspec.traces.breakdown import Breakdown, BreakdownFold
 from spanspec.traces.otlp_json import TRACE_FILE, SpanRecord, TraceStream, trace_files
 from spanspec.traces.steps import StepCollector, StepTimes
 from spanspec.traces.timeline import lane_of, pack_tracks
@@ -95,7 +95,7 @@ class _RunPage:
     def __init__(self, first_start: int) -> None:
         self.first_start = first_start
         self.steps: list[dict[str, Any]] = []
-        self.times: list[StepTimes] = []
+        self.breakdown = BreakdownFold()
         self.rows: dict[int, list[dict[str, Any]]] = {}
         self.slow: list[tuple[float, int]] = []  # heap of (duration, step index) kept as slowest
         self.span_count = 0
@@ -152,7 +152,7 @@ def report_data(
     def on_step(times: StepTimes, step: SpanRecord, members: list[SpanRecord]) -> None:
         page = page_of(step.resource, step.start_time_unix_nano)
         index = len(page.steps)
-        page.times.append(times)
+        page.breakdown.add(times)
         page.steps.append(
             {
                 "name": step.name,
@@ -220,7 +220,7 @@ def report_data(
         "header": page.header,
         "span_count": page.span_count,
         "lanes": [lane.label for lane in all_lanes],
-        "breakdown": _breakdown_json(breakdown_of_steps(page.times, spec)),
+        "breakdown": _breakdown_json(page.breakdown.result(spec)),
         "steps": steps,
         "slowest": slowest,
         "waterfalls": {"first": WATERFALLS_FIRST, "slowest": WATERFALLS_SLOWEST},
@@ -335,7 +335,10 @@ def _baseline(
         "method": result.header().removeprefix("method: "),
         "rows": out["rows"],
         "slower": out["slower"],
-        "steps": [{"iteration": s.iteration, "dur_ms": s.seconds * 1e3} for s in base.steps],
+        "steps": [
+            {"iteration": it, "dur_ms": seconds * 1e3}
+            for it, seconds in zip(base.iterations, base.samples[("step",)], strict=True)
+        ],
     }
 
 

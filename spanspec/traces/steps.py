@@ -16,9 +16,9 @@ bucket, and what no bucketed span covers is ``unattributed``.
 
 from __future__ import annotations
 
-import os
+import sys
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +31,6 @@ __all__ = [
     "StepTimes",
     "collect_steps",
     "iter_steps",
-    "read_steps",
     "step_times",
 ]
 
@@ -40,6 +39,7 @@ GRACE_S = 5.0
 processes, spans queued out of end order)."""
 
 Path_ = tuple[str, ...]
+_PATHS: dict[Path_, Path_] = {}  # one tuple per phase path, shared by every step that has it
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,6 @@ class StepTimes:
     phases: dict[Path_, dict[str, float]] = field(default_factory=dict)
     counts: dict[Path_, int] = field(default_factory=dict)
     buckets: dict[str, float] = field(default_factory=dict)
-    resource: dict[str, Any] = field(default_factory=dict)
 
     def phase_seconds(self, path: Path_) -> float | None:
         """The phase's seconds in this step, the mean over the lanes that ran it; None if absent."""
@@ -99,8 +98,8 @@ def step_times(step: Any, children: dict[str, list[Any]], spec: Spec) -> StepTim
             if child.span_id in seen:
                 continue
             seen.add(child.span_id)
-            here = (*path, child.name)
-            lane = lane_of(getattr(child, "resource", {}) or {}, conventions).label
+            here = _PATHS.setdefault((*path, child.name), (*path, child.name))
+            lane = sys.intern(lane_of(getattr(child, "resource", {}) or {}, conventions).label)
             lanes = phases.setdefault(here, {})
             lanes[lane] = lanes.get(lane, 0.0) + _seconds(child)
             counts[here] = counts.get(here, 0) + 1
@@ -126,7 +125,6 @@ def step_times(step: Any, children: dict[str, list[Any]], spec: Spec) -> StepTim
         phases=phases,
         counts=counts,
         buckets=dict(buckets),
-        resource=dict(step.resource),
     )
 
 
@@ -249,21 +247,3 @@ def iter_steps(spans: Iterable[Any], spec: Spec, run_id: str | None = None) -> I
     for s in spans:
         yield from collector.add(s)
     yield from collector.finish()
-
-
-def read_steps(
-    paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
-    spec: Spec,
-    run_id: str | None = None,
-) -> tuple[list[StepTimes], Any]:
-    """Read trace files in one pass and return their steps (earliest first) and the
-    :class:`~spanspec.traces.otlp_json.TraceStream` (its findings, files, lines and bytes).
-
-    Returns:
-        ``(steps, stream)``.
-    """
-    from spanspec.traces.otlp_json import TraceStream
-
-    stream = TraceStream(paths)
-    steps = sorted(iter_steps(stream.merged(), spec, run_id), key=lambda s: s.start_unix_nano)
-    return steps, stream
