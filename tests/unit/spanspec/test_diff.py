@@ -165,8 +165,8 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
     _bad(spanspec_cli("diff", str(base), str(base), "--threshold", "-1"), "--threshold")
 
 
-def test_rewritten_fixture_helper_is_used(tmp_path):
-    # The ppo run above is written directly; rewrite_lines keeps the encoding the exporter uses.
+def test_the_steps_of_another_algorithm_are_steps_too(tmp_path):
+    # Every expansion of the conventions' step span template is a step (rl.ppo.step here).
     path = write_traces(tmp_path, grpo_steps(3), groups="per_step")
 
     def rename(request: dict) -> None:
@@ -177,3 +177,40 @@ def test_rewritten_fixture_helper_is_used(tmp_path):
 
     rewrite_lines(path, rename)
     assert step_breakdown(path).steps == 3
+
+
+def test_the_step_reader_holds_only_the_steps_in_flight(tmp_path):
+    from spanspec.traces.otlp_json import TraceStream
+    from spanspec.traces.steps import StepCollector
+
+    path = write_run(tmp_path / "long", _noisy(1.0, 300, 1), seed=1) / "traces.jsonl"
+    collector = StepCollector(spanspec.load())
+    closed = 0
+    for span in TraceStream(path).merged():
+        closed += len(collector.add(span))
+    closed += len(collector.finish())
+    assert closed == 300 and collector.spans == 1200
+    assert collector.held_peak <= 8  # a step and a half of 4 spans, not the file
+
+
+def test_a_run_in_several_files_reads_as_one(tmp_path):
+    # The driver's spans in one file, the worker's in another (one file per process).
+    path = write_traces(tmp_path / "one", grpo_steps(3), groups="per_step")
+    split_worker_spans(path, {"rl.worker.group": "policy", "rl.worker.rank": 0})
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    driver, worker = tmp_path / "run" / "driver", tmp_path / "run" / "worker"
+    driver.mkdir(parents=True)
+    worker.mkdir(parents=True)
+    for folder, index in ((driver, 0), (worker, 1)):
+        (folder / "traces.jsonl").write_text(
+            "".join(
+                json.dumps({"resourceSpans": [r["resourceSpans"][index]]}) + "\n" for r in lines
+            )
+        )
+    spec = spanspec.load()
+    assert str(step_breakdown(tmp_path / "run", spec)) == str(
+        compute_breakdown(read_spans(path), spec)
+    )
+    proc = spanspec_cli("diff", str(tmp_path / "run"), str(tmp_path / "one"), "--warmup", "0")
+    assert proc.returncode == 0, proc.stderr
+    assert "rl.worker.generate" in proc.stdout
