@@ -152,6 +152,6 @@ def test_the_streaming_pick_draws_what_the_in_memory_one_draws(tmp_path, groups)
     assert [(t.trace_id, t.span_count, t.root_names) for t in listed] == [
         (t.trace_id, len(t.spans), t.root_names) for t in held
     ]
-    with pytest.raises(LookupError, match="no step span with rl.iteration=9; steps in the files"):
+    with pytest.raises(LookupError, match=r"no step span with rl\.iteration=9; steps in the files"):
         select_trace(stream_traces(TraceStream(path).merged(), step=9, conventions=RL), step=9,
                      conventions=RL)  # fmt: skip
