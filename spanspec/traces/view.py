@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from spanspec.spec import Conventions
 from spanspec.traces.otlp_json import SpanRecord
@@ -250,9 +250,15 @@ def stream_traces(
     held: dict[str, _Trace] = {}
     best: _Trace | None = None  # the earliest step-rooted trace (no trace id or step asked)
 
+    def slim(s: SpanRecord) -> SpanRecord:
+        """What a let-go trace keeps of a span: no resource, only the step number."""
+        kept = {number: s.attributes[number]} if number and number in s.attributes else {}
+        return replace(s, attributes=kept, resource={})
+
     def let_go(t: _Trace) -> None:
         if t.body is not None:
-            t.marks = [s for s in t.body if not s.parent_span_id or is_step(s.name)]
+            t.marks = [slim(s) for s in t.body if not s.parent_span_id or is_step(s.name)]
+            t.first = slim(t.first) if t.first is not None else None
             t.body = None
 
     wanted = trace_id.lower() if trace_id is not None else None
@@ -268,11 +274,11 @@ def stream_traces(
         t.start = min(t.start, s.start_time_unix_nano)
         t.end = max(t.end, s.end_time_unix_nano)
         if t.first is None or s.start_time_unix_nano < t.first.start_time_unix_nano:
-            t.first = s
+            t.first = s if t.body is not None else slim(s)
         if t.body is not None:
             t.body.append(s)
         elif not s.parent_span_id or is_step(s.name):
-            t.marks.append(s)  # type: ignore[union-attr]
+            t.marks.append(slim(s))  # type: ignore[union-attr]
         if s.parent_span_id or t.body is None or wanted is not None:
             continue
         # A root arrived for a trace still held whole: is it still a candidate?
