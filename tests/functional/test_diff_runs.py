@@ -13,7 +13,7 @@ from tests.traces import run_example, spanspec_cli
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
-STEPS = 7  # the first is left out (--warmup 1): six per-step samples a run
+STEPS = 6  # the first is left out (--warmup 1): five per-step samples a run
 UNCHANGED = ("rl.grpo.data_processing", "rl.grpo.reward", "rl.grpo.advantage")
 # Two runs of one config on this shared 2-core machine differ by up to ~20% in a phase's median
 # (bench/diff_false_positives.py); the same-config check gates above that noise.
