@@ -57,7 +57,7 @@ def _diff(*args: str) -> tuple[int, dict]:
 
 def test_doubled_train_passes_make_the_policy_update_slower(runs):
     code, out = _diff(str(runs / "baseline"), str(runs / "passes"))
-    verdicts = {r["name"]: r for r in out["rows"] if r["kind"] == "phase" and r["depth"] == 1}
+    verdicts = {r["name"]: r for r in out["rows"] if r["kind"] == "phase"}
     update = verdicts["rl.grpo.policy_update"]
     assert update["verdict"] == "slower", update
     assert update["ratio"] > 1.3 and update["p"] < 0.05
