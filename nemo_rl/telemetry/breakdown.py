@@ -103,9 +103,13 @@ def collector_breakdown(
     from spanspec.traces import otlp_json
 
     paths = [trace_files] if isinstance(trace_files, str | os.PathLike) else list(trace_files)
-    spans = otlp_json.read_spans(paths)
-    if run_id is not None:
-        spans = [s for s in spans if s.resource.get("rl.run_id") == run_id]
+    # One pass, keeping only the spans the table is made of (not the file).
+    wanted = {*COLLECTOR_PHASES, "rl.async_grpo.wait_for_trajectories", "rl.async_grpo.step"}
+    spans = [
+        s
+        for s in otlp_json.TraceStream(paths)
+        if s.name in wanted and (run_id is None or s.resource.get("rl.run_id") == run_id)
+    ]
     return compute_collector_breakdown(spans)
 
 

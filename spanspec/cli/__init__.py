@@ -1,4 +1,5 @@
-"""The ``spanspec`` command line: check | groups | docs | schema | live-check | view | report.
+"""The ``spanspec`` command line: check | groups | docs | schema | live-check | view | report |
+diff.
 
 Every problem is a finding printed as ``file:line:col: level: id: message`` (or JSON with
 ``--format json``), all of them in one run. Exit codes:
@@ -20,7 +21,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from spanspec.cli import check, docs, groups, live_check, report, schema, view
+from spanspec.cli import check, diff, docs, groups, live_check, report, schema, view
 from spanspec.cli._common import UsageError
 
 __all__ = ["main"]
@@ -43,7 +44,7 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(
         dest="command", required=True, metavar="COMMAND", parser_class=_Parser
     )
-    for command in (check, groups, docs, schema, live_check, view, report):
+    for command in (check, groups, docs, schema, live_check, view, report, diff):
         command.add(commands)
     return parser
 

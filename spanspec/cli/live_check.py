@@ -53,11 +53,14 @@ def add(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from spanspec.traces.livecheck import live_check
-    from spanspec.traces.otlp_json import read_traces
+    from spanspec.traces.otlp_json import TraceStream
 
     files = [display(p) if Path(p).exists() else p for p in args.files]
-    read = read_traces(files)
-    loaded = read_registry(reader_registry(args, (s.resource for s in read.spans)))
+    # One pass, memory bounded by what the check keeps: the registry from the first span, then
+    # every span streamed through the check.
+    first = next(iter(TraceStream(files)), None)
+    read = TraceStream(files)
+    loaded = read_registry(reader_registry(args, [first.resource] if first is not None else []))
     spec = loaded.spec
     if spec is None:
         return emit(loaded.findings, args, title="spanspec live-check")
@@ -68,13 +71,13 @@ def run(args: argparse.Namespace) -> int:
         except SpecError as exc:
             raise UsageError(f"--groups {args.groups!r}: {exc.findings[0].message}") from None
     report = live_check(
-        spec, read.spans, groups=args.groups, require_coverage=required, all_scopes=args.all_scopes
+        spec, read, groups=args.groups, require_coverage=required, all_scopes=args.all_scopes
     )
     findings = read.findings + report.findings
     summary = {
         "registry": loaded.path,
         "files": read.files,
-        "spans": len(read.spans),
+        "spans": report.spans_checked + report.spans_skipped,
         "spans_checked": report.spans_checked,
         "groups_source": report.groups_source or None,
         "enabled_groups": sorted(report.enabled_groups)
@@ -92,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         ],
     }
     extra = ""
-    if read.spans:
+    if report.spans_checked + report.spans_skipped:
         extra = (
             f"\ncoverage ({report.spans_checked} spans checked in {len(read.files)} file(s)):\n"
             + report.coverage_table()

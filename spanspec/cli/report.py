@@ -21,6 +21,12 @@ def add(commands: Any) -> None:
     )
     report.add_argument("-o", "--out", metavar="FILE", default="report.html", help="output file")
     report.add_argument("--run-id", metavar="ID", help="the run to show (default: the latest)")
+    report.add_argument(
+        "--baseline",
+        metavar="OTHER",
+        help="another run to compare with, as spanspec diff does: the page adds the comparison "
+        "table with verdicts and both runs' step times on one chart",
+    )
     add_registry_option(report, traces=True)
     report.set_defaults(run=run)
 
@@ -32,7 +38,9 @@ def run(args: argparse.Namespace) -> int:
         return reader_spec(args, (s.resource for s in spans))
 
     try:
-        data = write_report(args.path, args.out, spec=spec, run_id=args.run_id)
+        data = write_report(
+            args.path, args.out, spec=spec, run_id=args.run_id, baseline=args.baseline
+        )
     except ReportError as exc:
         raise UsageError(str(exc)) from None
     except OSError as exc:
@@ -40,5 +48,6 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"wrote {args.out}: run {data['run_id'] or '-'}, {len(data['steps'])} steps, "
         f"{data['span_count']} spans, {len(data['lanes'])} processes"
+        + (f"; against baseline run {data['baseline']['run_id'] or '-'}" if args.baseline else "")
     )
     return 0

@@ -47,35 +47,48 @@ def add(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from spanspec.traces.otlp_json import read_traces
-    from spanspec.traces.view import render_waterfall, select_trace, traces
+    from spanspec.traces.otlp_json import TraceStream, read_traces
+    from spanspec.traces.view import render_waterfall, select_trace, stream_traces, traces
 
-    read = read_traces(args.file)
-    for f in read.findings:
-        if f.level != "information" or f.id == "otlp.truncated_line":
-            print(f, file=sys.stderr)
-    spans = read.spans
     # Drawing needs no registry; steps, runs and lanes are its conventions (neutral without one).
     needed = args.registry is not None or args.step is not None or args.run_id is not None
-    spec = reader_spec(args, (s.resource for s in spans), required=needed)
+    first = next(iter(TraceStream(args.file)), None)
+    spec = reader_spec(args, [first.resource] if first is not None else [], required=needed)
     conventions = spec.conventions if spec is not None else Conventions()
-    if args.run_id is not None:
-        key = conventions.run_attribute
-        if key is None:
-            raise UsageError(
-                f"--run-id: the registry ({spec.source if spec else '-'}) names no run attribute "
-                "(conventions.run_attribute)"
-            )
-        spans = [s for s in spans if s.resource.get(key) == args.run_id]
-        if not spans:
-            raise UsageError(f"no spans of run {args.run_id!r} ({key}) in {args.file}")
-    summaries = traces(spans)
+    key = conventions.run_attribute
+    if args.run_id is not None and key is None:
+        raise UsageError(
+            f"--run-id: the registry ({spec.source if spec else '-'}) names no run attribute "
+            "(conventions.run_attribute)"
+        )
+    if args.format == "chrome":  # every trace is written: read them all
+        read = read_traces(args.file)
+        findings, spans = read.findings, read.spans
+        if args.run_id is not None:
+            spans = [s for s in spans if s.resource.get(key) == args.run_id]
+        summaries = traces(spans)
+    else:  # one pass, holding only the trace that may be drawn
+        stream = TraceStream(args.file)
+        spans = (
+            stream.merged()
+            if args.run_id is None
+            else (s for s in stream.merged() if s.resource.get(key) == args.run_id)
+        )
+        summaries = stream_traces(
+            spans, args.trace, args.step, conventions, keep_bodies=not args.list
+        )
+        findings = stream.findings
+    for f in findings:
+        if f.level != "information" or f.id == "otlp.truncated_line":
+            print(f, file=sys.stderr)
+    if args.run_id is not None and not summaries:
+        raise UsageError(f"no spans of run {args.run_id!r} ({key}) in {args.file}")
     if args.format == "chrome":
         return _write_chrome(args, summaries, conventions)
     if args.list:
         for t in summaries:
             print(
-                f"{t.trace_id}  {(t.end - t.start) / 1e6:10.1f} ms  {len(t.spans):5d} spans  "
+                f"{t.trace_id}  {(t.end - t.start) / 1e6:10.1f} ms  {t.span_count:5d} spans  "
                 f"{', '.join(t.root_names)}"
             )
         return 0 if summaries else 1

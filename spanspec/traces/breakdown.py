@@ -20,9 +20,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from spanspec.spec import Spec
-from spanspec.traces.timeline import lane_of
+from spanspec.traces.otlp_json import TraceStream
+from spanspec.traces.steps import StepTimes, collect_steps, iter_steps
 
-__all__ = ["Breakdown", "PhaseTime", "compute_breakdown", "step_breakdown"]
+__all__ = [
+    "Breakdown",
+    "BreakdownFold",
+    "PhaseTime",
+    "breakdown_of_steps",
+    "compute_breakdown",
+    "step_breakdown",
+]
 
 
 @dataclass(frozen=True)
@@ -78,92 +86,78 @@ def compute_breakdown(spans: Iterable[object], spec: Spec) -> Breakdown:
     Returns:
         The :class:`Breakdown`; with no step span, one of zero steps whose ``hint`` says why.
     """
-    by_id = {s.span_id: s for s in spans}
-    children: dict[str, list[object]] = defaultdict(list)
-    for s in by_id.values():
-        if s.parent_span_id:
-            children[s.parent_span_id].append(s)
-    step_span = spec.conventions.step_span
-    step_names = spec.spans_of_template(step_span) if step_span else frozenset()
-    steps = [s for s in by_id.values() if s.name in step_names]
-    if not steps:
-        return Breakdown(0, 0.0, hint=_no_steps(spec))
+    return breakdown_of_steps(collect_steps(spans, spec), spec)
 
-    def seconds(s: object) -> float:
-        return max(0, s.end_time_unix_nano - s.start_time_unix_nano) / 1e9
 
-    def bucket_of(name: str) -> str | None:
-        entry = spec.spans.get(name)
-        return spec.groups[entry.group].bucket if entry else None
+class BreakdownFold:
+    """The breakdown as a fold: ``add`` each step (:class:`~spanspec.traces.steps.StepTimes`) as it
+    is read, then ``result``; it keeps totals per phase and lane, never the steps."""
 
-    # A phase is a span name under a parent phase: (parent phase id, name) -> id, first seen
-    # first. Ids rather than path strings keep a deep (or corrupt) tree linear in its size.
-    phase_ids: dict[tuple[int, str], int] = {}
-    phase_of: list[tuple[int, int, str]] = []  # id -> (parent id, depth, name)
-    totals: list[float] = []
-    counts: list[int] = []
-    by_lane: list[dict[str, float]] = []  # id -> lane label -> seconds
-    bucket_totals: dict[str, float] = defaultdict(float)
-    step_total = 0.0
+    def __init__(self) -> None:
+        self.totals: dict[tuple[str, ...], dict[str, float]] = {}
+        self.counts: dict[tuple[str, ...], int] = defaultdict(int)
+        self.bucket_totals: dict[str, float] = defaultdict(float)
+        self.step_total = 0.0
+        self.steps = 0
 
-    for step in sorted(steps, key=lambda s: s.start_time_unix_nano):
-        step_total += seconds(step)
-        covered = 0.0
-        # Depth first, children in start order, each span once: a file whose parent links
-        # loop (hand-made or corrupt) cannot recurse, nor can a chain deeper than Python's stack.
-        seen = {step.span_id}
-        stack: list[tuple[object, int, int, bool]] = [(step, 0, -1, False)]
-        while stack:
-            node, depth, parent, counted = stack.pop()
-            kids = sorted(children.get(node.span_id, []), key=lambda s: s.start_time_unix_nano)
-            pending = []
-            for child in kids:
-                if child.span_id in seen:
-                    continue
-                seen.add(child.span_id)
-                phase = phase_ids.setdefault((parent, child.name), len(phase_ids))
-                if phase == len(phase_of):
-                    phase_of.append((parent, depth, child.name))
-                    totals.append(0.0)
-                    counts.append(0)
-                    by_lane.append(defaultdict(float))
-                totals[phase] += seconds(child)
-                counts[phase] += 1
-                lane = lane_of(getattr(child, "resource", {}) or {}, spec.conventions).label
-                by_lane[phase][lane] += seconds(child)
-                bucket = bucket_of(child.name)
-                here = counted
-                if bucket and not counted:
-                    bucket_totals[bucket] += seconds(child)
-                    covered += seconds(child)
-                    here = True
-                pending.append((child, depth + 1, phase, here))
-            stack.extend(reversed(pending))
-        bucket_totals["unattributed"] += max(0.0, seconds(step) - covered)
+    def add(self, step: StepTimes) -> None:
+        """Count one step."""
+        self.steps += 1
+        self.step_total += step.seconds
+        for path, lanes in step.phases.items():
+            here = self.totals.setdefault(path, {})
+            for lane, seconds in lanes.items():
+                here[lane] = here.get(lane, 0.0) + seconds
+            self.counts[path] += step.counts.get(path, 0)
+        for bucket, seconds in step.buckets.items():
+            self.bucket_totals[bucket] += seconds
 
-    n = len(steps)
-    mean_step = step_total / n
-    phases = []
-    for i in _tree_order(phase_of):
-        ranks = len(by_lane[i])
-        slowest = max(by_lane[i].items(), key=lambda kv: kv[1]) if ranks > 1 else None
-        phases.append(
-            PhaseTime(
-                name=phase_of[i][2],
-                depth=phase_of[i][1],
-                mean_s=totals[i] / n / ranks,
-                share=totals[i] / ranks / step_total if step_total else 0.0,
-                bucket=bucket_of(phase_of[i][2]),
-                count=counts[i],
-                ranks=ranks,
-                slowest=(slowest[0], slowest[1] / n) if slowest else None,
+    def result(self, spec: Spec) -> Breakdown:
+        """The :class:`Breakdown` of the steps added; with none, one whose ``hint`` says why."""
+        n, step_total = self.steps, self.step_total
+        if not n:
+            return Breakdown(0, 0.0, hint=_no_steps(spec))
+
+        def bucket_of(name: str) -> str | None:
+            entry = spec.spans.get(name)
+            return spec.groups[entry.group].bucket if entry else None
+
+        phases = []
+        for path in _tree_order(list(self.totals)):
+            by_lane = self.totals[path]
+            ranks = len(by_lane)
+            total = sum(by_lane.values())
+            slowest = max(by_lane.items(), key=lambda kv: kv[1]) if ranks > 1 else None
+            phases.append(
+                PhaseTime(
+                    name=path[-1],
+                    depth=len(path) - 1,
+                    mean_s=total / n / ranks,
+                    share=total / ranks / step_total if step_total else 0.0,
+                    bucket=bucket_of(path[-1]),
+                    count=self.counts[path],
+                    ranks=ranks,
+                    slowest=(slowest[0], slowest[1] / n) if slowest else None,
+                )
             )
-        )
-    buckets = {
-        b: t / step_total if step_total else 0.0
-        for b, t in sorted(bucket_totals.items(), key=lambda kv: -kv[1])
-    }
-    return Breakdown(n, mean_step, phases, buckets)
+        buckets = {
+            b: t / step_total if step_total else 0.0
+            for b, t in sorted(self.bucket_totals.items(), key=lambda kv: -kv[1])
+        }
+        return Breakdown(n, step_total / n, phases, buckets)
+
+
+def breakdown_of_steps(steps: Iterable[StepTimes], spec: Spec) -> Breakdown:
+    """The :class:`Breakdown` of steps read by :mod:`spanspec.traces.steps` (a fold: the steps
+    may come from a stream and are not kept).
+
+    Returns:
+        The :class:`Breakdown`; with no step, one of zero steps whose ``hint`` says why.
+    """
+    fold = BreakdownFold()
+    for step in steps:
+        fold.add(step)
+    return fold.result(spec)
 
 
 def _no_steps(spec: Spec) -> str:
@@ -180,17 +174,17 @@ def _no_steps(spec: Spec) -> str:
     return f"no {step_span} spans in the trace files (turn on the '{group}' group{how})"
 
 
-def _tree_order(phase_of: list[tuple[int, int, str]]) -> list[int]:
-    """Phase ids so that each phase is followed by its own children, siblings first seen first."""
-    children: dict[int, list[int]] = defaultdict(list)
-    for phase, (parent, _, _) in enumerate(phase_of):
-        children[parent].append(phase)
-    out: list[int] = []
-    stack = list(reversed(children[-1]))
+def _tree_order(paths: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
+    """Phase paths so that each is followed by its own children, siblings first seen first."""
+    children: dict[tuple[str, ...], list[tuple[str, ...]]] = defaultdict(list)
+    for path in paths:
+        children[path[:-1]].append(path)
+    out: list[tuple[str, ...]] = []
+    stack = list(reversed(children[()]))
     while stack:
-        phase = stack.pop()
-        out.append(phase)
-        stack.extend(reversed(children.get(phase, [])))
+        path = stack.pop()
+        out.append(path)
+        stack.extend(reversed(children.get(path, [])))
     return out
 
 
@@ -213,19 +207,14 @@ def step_breakdown(
         ValueError: for a ``run_id`` where the registry names no run attribute.
         SpecError: when no ``spec`` is given and the default registry cannot be loaded.
     """
-    from spanspec.traces import otlp_json
-
     spec = spec or _load()
     paths = [trace_files] if isinstance(trace_files, str | os.PathLike) else list(trace_files)
-    spans = otlp_json.read_spans(paths)
-    if run_id is not None:
-        key = spec.conventions.run_attribute
-        if key is None:
-            raise ValueError(
-                "a run id needs the registry's conventions.run_attribute, which it does not name"
-            )
-        spans = [s for s in spans if s.resource.get(key) == run_id]
-    return compute_breakdown(spans, spec)
+    if run_id is not None and spec.conventions.run_attribute is None:
+        raise ValueError(
+            "a run id needs the registry's conventions.run_attribute, which it does not name"
+        )
+    stream = TraceStream(paths)  # one pass, memory bounded by the steps in flight
+    return breakdown_of_steps(iter_steps(stream.merged(), spec, run_id), spec)
 
 
 def _load() -> Spec:

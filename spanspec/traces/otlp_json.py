@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import heapq
 import json
 import os
 from collections.abc import Iterable, Iterator, Mapping
@@ -29,6 +30,7 @@ __all__ = [
     "TRACE_FILE",
     "SpanRecord",
     "TraceFile",
+    "TraceStream",
     "attribute_value",
     "read_spans",
     "read_traces",
@@ -271,98 +273,77 @@ def trace_files(path: str | os.PathLike[str]) -> tuple[list[Path], list[Finding]
     return files, findings
 
 
-def read_traces(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> TraceFile:
-    """Read trace files of OTLP/JSON lines; a folder stands for the files :func:`trace_files`
-    finds in it.
+class TraceStream:
+    """The spans of trace files, read one line at a time: memory holds one export request.
 
-    Returns:
-        A :class:`TraceFile` with every span that could be read, in file order, and findings:
-        ``file.unreadable`` and ``otlp.invalid_json`` / ``otlp.malformed`` (violations) for a
-        missing file or a bad line (a torn line with more after it included),
-        ``otlp.truncated_line`` (information) for a last line cut short without its newline, ``otlp.empty`` (information) for a file without spans. Never raises for bad input.
+    Iterating yields every span that can be read, file after file in file order;
+    :meth:`merged` yields them across files in order of their end time (each process's file is
+    written in that order), which is what a reader that closes a step once time has moved past
+    it needs. ``findings``, ``files``, ``lines`` and ``bytes`` fill in as the files are read
+    (see :func:`read_traces` for the findings). Never raises for bad input.
     """
-    if isinstance(paths, str | os.PathLike):
-        paths = [paths]
-    result = TraceFile()
-    files: list[Path] = []
-    for given in paths:
-        found, problems = trace_files(given)
-        files += found
-        result.findings += problems
-    for path in files:
+
+    def __init__(self, paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> None:
+        if isinstance(paths, str | os.PathLike):
+            paths = [paths]
+        self.findings: list[Finding] = []
+        self.files: list[str] = []
+        self.lines = 0
+        self.bytes = 0
+        self._paths: list[Path] = []
+        for given in paths:
+            found, problems = trace_files(given)
+            self._paths += found
+            self.findings += problems
+
+    @property
+    def paths(self) -> list[Path]:
+        """The trace files the given paths stand for."""
+        return list(self._paths)
+
+    def __iter__(self) -> Iterator[SpanRecord]:
+        for path in self._paths:
+            yield from self._read_file(path)
+
+    def merged(self) -> Iterator[SpanRecord]:
+        """The spans of every file, merged by end time (file order within a file)."""
+        return heapq.merge(
+            *(self._read_file(p) for p in self._paths), key=lambda s: s.end_time_unix_nano
+        )
+
+    def _read_file(self, path: Path) -> Iterator[SpanRecord]:
         name = str(path)
-        result.files.append(name)
+        self.files.append(name)
         try:
             if Path(path).exists() and not Path(path).is_file():  # a folder, FIFO, /dev/zero
                 raise IsADirectoryError(0, "not a regular file")
-            text = Path(path).read_text(encoding="utf-8", errors="replace")
+            handle = open(path, encoding="utf-8", errors="replace", newline="\n")
         except OSError as exc:
-            result.findings.append(
+            self.findings.append(
                 Finding("file.unreadable", f"cannot read file: {exc.strerror}", file=name)
             )
-            continue
-        before = len(result.spans)
-        lines = text.split("\n")
-        # Only a last line without its newline was cut short by a writer that stopped; a bad
-        # line that ends in a newline (a torn write with more after it) is lost data.
-        last = max((i for i, t in enumerate(lines) if t.strip()), default=-1)
-        if text.endswith("\n"):
-            last = -1
-        for index, line_text in enumerate(lines):
-            if not line_text.strip():
-                continue
-            number = index + 1
-            result.lines += 1
+            return
+        found = 0
+        with handle:
             try:
-                request = json.loads(line_text)
-            except RecursionError:
-                result.findings.append(
-                    Finding(
-                        "otlp.invalid_json",
-                        "line is nested too deeply to read (not an OTLP export request)",
-                        file=name,
-                        line=number,
-                        col=1,
-                    )
+                for index, line_text in enumerate(handle):
+                    self.bytes += len(line_text)
+                    if not line_text.strip():
+                        continue
+                    self.lines += 1
+                    # Only a last line without its newline was cut short by a writer that
+                    # stopped; a bad line that ends in a newline (a torn write with more after
+                    # it) is lost data.
+                    spans = self._parse(line_text, name, index + 1, not line_text.endswith("\n"))
+                    found += len(spans)
+                    yield from spans
+            except OSError as exc:
+                self.findings.append(
+                    Finding("file.unreadable", f"cannot read file: {exc.strerror}", file=name)
                 )
-                continue
-            except json.JSONDecodeError as exc:
-                if index == last:
-                    result.findings.append(
-                        Finding(
-                            "otlp.truncated_line",
-                            f"the last line is not complete JSON ({exc.msg}); the writer was "
-                            "probably stopped mid-line, so its spans are skipped",
-                            level="information",
-                            file=name,
-                            line=number,
-                            col=exc.colno,
-                        )
-                    )
-                else:
-                    result.findings.append(
-                        Finding(
-                            "otlp.invalid_json",
-                            f"line is not JSON: {exc.msg}",
-                            file=name,
-                            line=number,
-                            col=exc.colno,
-                        )
-                    )
-                continue
-            try:
-                spans = list(_spans_of_request(request, name, number))
-            except (ValueError, TypeError, AttributeError, RecursionError) as exc:
-                message = "nested too deeply" if isinstance(exc, RecursionError) else f"{exc}"
-                result.findings.append(
-                    Finding("otlp.malformed", message, file=name, line=number, col=1)
-                )
-                continue
-            result.spans.extend(spans)
-        if len(result.spans) == before and not any(
-            f.file == name and f.level == "violation" for f in result.findings
-        ):
-            result.findings.append(
+                return
+        if not found and not any(f.file == name and f.level == "violation" for f in self.findings):
+            self.findings.append(
                 Finding(
                     "otlp.empty",
                     "the file holds no spans",
@@ -372,7 +353,68 @@ def read_traces(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
                     col=1,
                 )
             )
-    return result
+
+    def _parse(self, line_text: str, name: str, number: int, last: bool) -> list[SpanRecord]:
+        try:
+            request = json.loads(line_text)
+        except RecursionError:
+            self.findings.append(
+                Finding(
+                    "otlp.invalid_json",
+                    "line is nested too deeply to read (not an OTLP export request)",
+                    file=name,
+                    line=number,
+                    col=1,
+                )
+            )
+            return []
+        except json.JSONDecodeError as exc:
+            if last:
+                self.findings.append(
+                    Finding(
+                        "otlp.truncated_line",
+                        f"the last line is not complete JSON ({exc.msg}); the writer was "
+                        "probably stopped mid-line, so its spans are skipped",
+                        level="information",
+                        file=name,
+                        line=number,
+                        col=exc.colno,
+                    )
+                )
+            else:
+                self.findings.append(
+                    Finding(
+                        "otlp.invalid_json",
+                        f"line is not JSON: {exc.msg}",
+                        file=name,
+                        line=number,
+                        col=exc.colno,
+                    )
+                )
+            return []
+        try:
+            return list(_spans_of_request(request, name, number))
+        except (ValueError, TypeError, AttributeError, RecursionError) as exc:
+            message = "nested too deeply" if isinstance(exc, RecursionError) else f"{exc}"
+            self.findings.append(Finding("otlp.malformed", message, file=name, line=number, col=1))
+            return []
+
+
+def read_traces(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> TraceFile:
+    """Read trace files of OTLP/JSON lines; a folder stands for the files :func:`trace_files`
+    finds in it. This holds every span in memory; a reader that keeps only aggregates iterates
+    a :class:`TraceStream` instead.
+
+    Returns:
+        A :class:`TraceFile` with every span that could be read, in file order, and findings:
+        ``file.unreadable`` and ``otlp.invalid_json`` / ``otlp.malformed`` (violations) for a
+        missing file or a bad line (a torn line with more after it included),
+        ``otlp.truncated_line`` (information) for a last line cut short without its newline,
+        ``otlp.empty`` (information) for a file without spans. Never raises for bad input.
+    """
+    stream = TraceStream(paths)
+    spans = list(stream)
+    return TraceFile(spans=spans, findings=stream.findings, files=stream.files, lines=stream.lines)
 
 
 def read_spans(

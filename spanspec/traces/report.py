@@ -17,19 +17,21 @@ step, a run and a lane are, and what the header shows, are the registry's ``conv
 
 from __future__ import annotations
 
+import heapq
 import html
 import json
 import os
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from spanspec.spec import Spec
-from spanspec.traces.breakdown import Breakdown, compute_breakdown
-from spanspec.traces.otlp_json import TRACE_FILE, SpanRecord, read_traces, trace_files
-from spanspec.traces.timeline import lane_of, lanes, pack_tracks
+from spanspec.traces.breakdown import Breakdown, BreakdownFold
+from spanspec.traces.otlp_json import TRACE_FILE, SpanRecord, TraceStream, trace_files
+from spanspec.traces.steps import StepCollector, StepTimes
+from spanspec.traces.timeline import lane_of, pack_tracks
 
 __all__ = ["ReportError", "find_trace_files", "render_report", "report_data", "write_report"]
 
@@ -53,16 +55,6 @@ def find_trace_files(path: str | os.PathLike[str]) -> list[Path]:
     if problems:
         raise ReportError(str(problems[0]))
     return files
-
-
-def _run_ids(spans: Sequence[SpanRecord], key: str | None) -> list[str]:
-    """The runs in the spans (the ``key`` resource attribute), the earliest first."""
-    first: dict[str, int] = {}
-    for s in spans if key else ():
-        rid = s.resource.get(key)
-        if isinstance(rid, str):
-            first[rid] = min(first.get(rid, s.start_time_unix_nano), s.start_time_unix_nano)
-    return sorted(first, key=first.__getitem__)
 
 
 def _breakdown_json(b: Breakdown) -> dict[str, Any]:
@@ -90,15 +82,41 @@ def _value(v: Any) -> Any:
     return json.loads(json.dumps(v, default=str))
 
 
-def report_data(
-    spans: Sequence[SpanRecord], spec: Spec, run_id: str | None = None, title: str | None = None
-) -> dict[str, Any]:
-    """Everything the page shows, as JSON-ready data.
+WATERFALLS_FIRST = 20
+"""The page holds the waterfall of a run's first steps..."""
+WATERFALLS_SLOWEST = 30
+"""...and of its slowest steps; every other step is a bar (``spanspec view --step N`` draws it)."""
 
-    With several runs in the spans (a folder appended to by a resumed or repeated run), only
-    ``run_id``'s spans count, by default the latest run's. Runs, steps, lanes and the header's
-    resource attributes are the registry's ``conventions`` (``run_attribute``, ``step_span``,
-    ``step_attribute``, ``lane_attributes``, ``report_attributes``).
+
+class _RunPage:
+    """What the page keeps of one run while the spans stream by: aggregates, and the waterfall
+    rows of a bounded set of steps (the first ones and the slowest)."""
+
+    def __init__(self, first_start: int) -> None:
+        self.first_start = first_start
+        self.steps: list[dict[str, Any]] = []
+        self.breakdown = BreakdownFold()
+        self.rows: dict[int, list[dict[str, Any]]] = {}
+        self.slow: list[tuple[float, int]] = []  # heap of (duration, step index) kept as slowest
+        self.span_count = 0
+        self.lanes: dict[Any, Any] = {}
+        self.header: dict[str, Any] = {}
+        self.service: Any = None
+
+
+def report_data(
+    spans: Iterable[SpanRecord], spec: Spec, run_id: str | None = None, title: str | None = None
+) -> dict[str, Any]:
+    """Everything the page shows, as JSON-ready data, folded over the spans in one pass.
+
+    ``spans`` is a sequence (any order) or a stream in end order
+    (:meth:`~spanspec.traces.otlp_json.TraceStream.merged`). With several runs in the spans (a
+    folder appended to by a resumed or repeated run), only ``run_id``'s spans count, by default
+    the latest run's. Runs, steps, lanes and the header's resource attributes are the registry's
+    ``conventions`` (``run_attribute``, ``step_span``, ``step_attribute``, ``lane_attributes``,
+    ``report_attributes``). Every step is in ``steps`` (its time and buckets); the spans of its
+    waterfall only for the first :data:`WATERFALLS_FIRST` and the :data:`WATERFALLS_SLOWEST`
+    slowest steps of the run (``kept``), so the page and the memory stay bounded on long runs.
 
     Returns:
         The page's data: ``run_id``, ``runs``, ``header`` (resource attribute -> value),
@@ -109,105 +127,141 @@ def report_data(
     """
     conventions = spec.conventions
     run_key = conventions.run_attribute
-    runs = _run_ids(spans, run_key)
-    if run_id is None and runs:
-        run_id = runs[-1]
-    if run_id is not None:
-        if run_key is None:
-            raise ReportError(
-                f"run id {run_id!r}: the registry names no run attribute "
-                "(conventions.run_attribute), so runs cannot be told apart"
-            )
-        if run_id not in runs:
-            raise ReportError(f"run id {run_id!r} is not in the files; runs: {', '.join(runs)}")
-        spans = [s for s in spans if s.resource.get(run_key) == run_id]
-    breakdown = compute_breakdown(spans, spec)
+    if run_id is not None and run_key is None:
+        raise ReportError(
+            f"run id {run_id!r}: the registry names no run attribute "
+            "(conventions.run_attribute), so runs cannot be told apart"
+        )
+    if isinstance(spans, Sequence):  # held in memory: put it in the order a stream has
+        spans = sorted(spans, key=lambda s: s.end_time_unix_nano)
+    pages: dict[str | None, _RunPage] = {}
 
-    children: dict[str, list[SpanRecord]] = defaultdict(list)
-    for s in spans:
-        if s.parent_span_id:
-            children[s.parent_span_id].append(s)
-    all_lanes = lanes(spans, conventions)
-    lane_index = {lane.key: i for i, lane in enumerate(all_lanes)}
+    def page_of(resource: Any, start: int) -> _RunPage:
+        rid = resource.get(run_key) if run_key else None
+        rid = rid if isinstance(rid, str) else None
+        page = pages.get(rid)
+        if page is None:
+            page = pages[rid] = _RunPage(start)
+        page.first_start = min(page.first_start, start)
+        return page
 
     def bucket_of(name: str) -> str | None:
         entry = spec.spans.get(name)
         return spec.groups[entry.group].bucket if entry else None
 
-    steps = []
-    step_span = conventions.step_span
-    step_names = spec.spans_of_template(step_span) if step_span else frozenset()
-    step_spans = [s for s in spans if s.name in step_names]
-    for step in sorted(step_spans, key=lambda s: s.start_time_unix_nano):
-        members = [step]
-        stack = [step]
-        seen = {step.span_id}  # each span once, even where parent links loop
-        while stack:
-            for child in children.get(stack.pop().span_id, []):
-                if child.span_id not in seen:
-                    seen.add(child.span_id)
-                    members.append(child)
-                    stack.append(child)
-        per_lane: dict[int, list[SpanRecord]] = defaultdict(list)
-        for s in members:
-            per_lane[lane_index[lane_of(s.resource, conventions).key]].append(s)
-        rows = []
-        for lane, lane_spans in per_lane.items():
-            # One row per (track, depth): nested spans stack downwards, as in a flame graph.
-            tracks = pack_tracks(lane_spans)
-            depth = defaultdict(int)
-            for track, d in tracks.values():
-                depth[track] = max(depth[track], d + 1)
-            offset = {t: sum(depth[u] for u in depth if u < t) for t in depth}
-            for s in lane_spans:
-                track, d = tracks[id(s)]
-                rows.append(
-                    {
-                        "name": s.name,
-                        "lane": lane,
-                        "row": offset[track] + d,
-                        "start_ms": (s.start_time_unix_nano - step.start_time_unix_nano) / 1e6,
-                        "dur_ms": s.duration_ns / 1e6,
-                        "bucket": bucket_of(s.name),
-                        "error": s.is_error,
-                        "attributes": {k: _value(v) for k, v in s.attributes.items()},
-                        "span_id": s.span_id,
-                        "parent_span_id": s.parent_span_id,
-                    }
-                )
-        rows.sort(key=lambda r: (r["lane"], r["row"], r["start_ms"]))
-        one = compute_breakdown(members, spec)
-        number = conventions.step_attribute
-        iteration = step.attributes.get(number) if number else None
-        steps.append(
+    def on_step(times: StepTimes, step: SpanRecord, members: list[SpanRecord]) -> None:
+        page = page_of(step.resource, step.start_time_unix_nano)
+        index = len(page.steps)
+        page.breakdown.add(times)
+        page.steps.append(
             {
                 "name": step.name,
-                "iteration": iteration if isinstance(iteration, int) else len(steps),
+                "iteration": times.iteration if times.iteration is not None else index,
                 "trace_id": step.trace_id,
                 "dur_ms": step.duration_ns / 1e6,
                 "start_unix_nano": step.start_time_unix_nano,
-                "buckets": {b: share * step.duration_ns / 1e6 for b, share in one.buckets.items()},
-                "spans": rows,
+                "buckets": {b: v * 1e3 for b, v in times.buckets.items()},
+                "spans": [],
+                "kept": False,
             }
         )
+        keep = index < WATERFALLS_FIRST
+        if not keep:
+            entry = (step.duration_ns / 1e6, index)
+            if len(page.slow) < WATERFALLS_SLOWEST:
+                heapq.heappush(page.slow, entry)
+                keep = True
+            elif entry > page.slow[0]:
+                _, out = heapq.heapreplace(page.slow, entry)
+                page.rows.pop(out, None)
+                keep = True
+        if keep:
+            page.rows[index] = _waterfall(step, members, conventions, bucket_of)
+
+    collector = StepCollector(spec, on_step=on_step)
+    for s in spans:
+        page = page_of(s.resource, s.start_time_unix_nano)
+        page.span_count += 1
+        if page.service is None:
+            page.service = s.resource.get("service.name")
+        lane = lane_of(s.resource, conventions)
+        page.lanes.setdefault(lane.key, lane)
+        for key in conventions.report_attributes:  # the first process that carries it
+            if key not in page.header and s.resource.get(key) is not None:
+                page.header[key] = _value(s.resource[key])
+        collector.add(s)
+    collector.finish()
+
+    runs = sorted((r for r in pages if r is not None), key=lambda r: pages[r].first_start)
+    if run_id is None and runs:
+        run_id = runs[-1]
+    if run_id is not None and run_id not in runs:
+        raise ReportError(f"run id {run_id!r} is not in the files; runs: {', '.join(runs)}")
+    page = pages.get(run_id) or _RunPage(0)
+    all_lanes = sorted(page.lanes.values(), key=lambda lane: lane.order)
+    lane_index = {lane.key: i for i, lane in enumerate(all_lanes)}
+    order = sorted(range(len(page.steps)), key=lambda i: page.steps[i]["start_unix_nano"])
+    steps = []
+    for i in order:
+        step = page.steps[i]
+        rows = page.rows.get(i)
+        if rows is not None:
+            for row in rows:
+                row["lane"] = lane_index[row["lane"]]
+            rows.sort(key=lambda r: (r["lane"], r["row"], r["start_ms"]))
+            step["spans"], step["kept"] = rows, True
+        steps.append(step)
     slowest = sorted(range(len(steps)), key=lambda i: -steps[i]["dur_ms"])[:SLOWEST]
-    header: dict[str, Any] = {}
-    for key in conventions.report_attributes:  # the first process that carries it
-        value = next((s.resource[key] for s in spans if s.resource.get(key) is not None), None)
-        if value is not None:
-            header[key] = _value(value)
     return {
         "title": title or f"run {run_id or 'unknown'}",
         "run_id": run_id,
         "runs": runs,
-        "service": spans[0].resource.get("service.name") if spans else None,
-        "header": header,
-        "span_count": len(spans),
+        "service": page.service,
+        "header": page.header,
+        "span_count": page.span_count,
         "lanes": [lane.label for lane in all_lanes],
-        "breakdown": _breakdown_json(breakdown),
+        "breakdown": _breakdown_json(page.breakdown.result(spec)),
         "steps": steps,
         "slowest": slowest,
+        "waterfalls": {"first": WATERFALLS_FIRST, "slowest": WATERFALLS_SLOWEST},
     }
+
+
+def _waterfall(
+    step: SpanRecord,
+    members: list[SpanRecord],
+    conventions: Any,
+    bucket_of: Callable[[str], str | None],
+) -> list[dict[str, Any]]:
+    """The rows of one step's waterfall (``lane`` is the lane key until the lanes are known)."""
+    per_lane: dict[Any, list[SpanRecord]] = defaultdict(list)
+    for s in members:
+        per_lane[lane_of(s.resource, conventions).key].append(s)
+    rows = []
+    for lane, lane_spans in per_lane.items():
+        # One row per (track, depth): nested spans stack downwards, as in a flame graph.
+        tracks = pack_tracks(lane_spans)
+        depth: dict[int, int] = defaultdict(int)
+        for track, d in tracks.values():
+            depth[track] = max(depth[track], d + 1)
+        offset = {t: sum(depth[u] for u in depth if u < t) for t in depth}
+        for s in lane_spans:
+            track, d = tracks[id(s)]
+            rows.append(
+                {
+                    "name": s.name,
+                    "lane": lane,
+                    "row": offset[track] + d,
+                    "start_ms": (s.start_time_unix_nano - step.start_time_unix_nano) / 1e6,
+                    "dur_ms": s.duration_ns / 1e6,
+                    "bucket": bucket_of(s.name),
+                    "error": s.is_error,
+                    "attributes": {k: _value(v) for k, v in s.attributes.items()},
+                    "span_id": s.span_id,
+                    "parent_span_id": s.parent_span_id,
+                }
+            )
+    return rows
 
 
 def render_report(data: dict[str, Any]) -> str:
@@ -227,33 +281,65 @@ def write_report(
     out: str | os.PathLike[str],
     spec: Spec | Callable[[Sequence[SpanRecord]], Spec] | None = None,
     run_id: str | None = None,
+    baseline: str | os.PathLike[str] | None = None,
 ) -> dict[str, Any]:
     """Read the traces PATH names, write the HTML report to ``out``; return the report's data.
 
     ``spec`` is the registry, or a function that chooses it from the spans read (the CLI looks
-    for the registry the run recorded), by default the discovered registry.
+    for the registry the run recorded), by default the discovered registry. With ``baseline``
+    (another run), the page adds the comparison of ``spanspec diff`` (this run the candidate),
+    both runs' step times on one chart, and the baseline's run id (``data["baseline"]``).
 
     Returns:
         The data the page shows (see :func:`report_data`), plus ``files``.
 
     Raises:
         ReportError: for a missing path, no trace file, unreadable lines, an unknown run id, or
-            no spans at all.
+            no spans at all; for a baseline that ``spanspec diff`` refuses.
     """
     files = find_trace_files(path)
-    read = read_traces(files)
-    bad = [f for f in read.findings if f.level == "violation"]
+    first = next(iter(TraceStream(files)), None)
+    if callable(spec):
+        spec = spec([first] if first is not None else [])
+    spec = spec or _load()
+    stream = TraceStream(files)  # one pass: memory bounded by what the page keeps
+    data = report_data(stream.merged(), spec, run_id=run_id)
+    bad = [f for f in stream.findings if f.level == "violation"]
     if bad:
         raise ReportError(str(bad[0]))
-    if not read.spans:
+    if not data["span_count"] and not data["runs"]:
         raise ReportError(f"{files[0]}: the file holds no spans")
-    if callable(spec):
-        spec = spec(read.spans)
-    data = report_data(read.spans, spec or _load(), run_id=run_id)
     data["files"] = [str(f) for f in files]
+    if baseline is not None:
+        data["baseline"] = _baseline(baseline, path, spec, data["run_id"])
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(render_report(data), encoding="utf-8")
     return data
+
+
+def _baseline(
+    baseline: str | os.PathLike[str], path: str | os.PathLike[str], spec: Spec, run_id: str | None
+) -> dict[str, Any]:
+    """The comparison with a baseline run, as the page shows it."""
+    from spanspec.traces.diff import DiffError, diff_runs, read_run
+
+    try:
+        base = read_run(baseline, spec)
+        result = diff_runs(base, read_run(path, spec, run_id))
+    except DiffError as exc:
+        raise ReportError(f"--baseline: {exc}") from None
+    out = result.to_json()
+    return {
+        "path": str(baseline),
+        "run_id": base.run_id,
+        "method": result.header().removeprefix("method: "),
+        "rows": out["rows"],
+        "slower": out["slower"],
+        "steps": [
+            {"iteration": it, "dur_ms": seconds * 1e3}
+            for it, seconds in zip(base.iterations, base.samples[("step",)], strict=True)
+        ],
+    }
 
 
 def _load() -> Spec:

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from spanspec.spec import Conventions
 from spanspec.traces.otlp_json import SpanRecord
 
-__all__ = ["TraceSummary", "render_waterfall", "select_trace", "traces"]
+__all__ = ["TraceSummary", "render_waterfall", "select_trace", "stream_traces", "traces"]
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,13 @@ class TraceSummary:
     spans: tuple[SpanRecord, ...]
     start: int
     end: int
+    count: int = -1
+    """How many spans the trace has (``len(spans)`` unless only its roots were kept)."""
+
+    @property
+    def span_count(self) -> int:
+        """The trace's number of spans."""
+        return self.count if self.count >= 0 else len(self.spans)
 
     @property
     def root_names(self) -> tuple[str, ...]:
@@ -199,3 +206,103 @@ def render_waterfall(
         marker = "  ERROR" if s.is_error else ""
         lines.append(f"{label:<{label_width}}  [{cells}] {s.duration_ns / 1e6:8.1f} ms{marker}")
     return "\n".join(lines)
+
+
+@dataclass
+class _Trace:
+    """What a streaming pick keeps of one trace: its body while it may still be drawn, else only
+    its bounds, count, roots and step spans."""
+
+    trace_id: str
+    start: int
+    end: int
+    count: int = 0
+    body: list[SpanRecord] | None = None
+    marks: list[SpanRecord] | None = None  # parentless and step spans (for choosing, listing)
+    first: SpanRecord | None = None  # the earliest span (a root when none is parentless)
+
+
+def stream_traces(
+    spans: Iterable[SpanRecord],
+    trace_id: str | None = None,
+    step: int | None = None,
+    conventions: Conventions | None = None,
+    keep_bodies: bool = True,
+) -> list[TraceSummary]:
+    """Group a stream of spans (in end order, as files are written) by trace, keeping the body
+    (every span) only of the traces :func:`select_trace` could still pick with these arguments;
+    the others become summaries of their roots and step spans. Memory is bounded by the traces
+    in flight plus the one drawn, not by the file.
+
+    A trace is let go once its parentless root arrives and shows it is not the one wanted: a
+    trace id that does not match ``trace_id``; a step root of another number than ``step``; a
+    step root starting later than the earliest one so far (no ``trace_id`` or ``step``); any
+    non-step root once a step root is known. With ``keep_bodies`` False no body is kept (for
+    listing). The summaries of let-go traces have ``spans`` of their roots and step spans only;
+    their ``roots`` are their parentless spans (or their earliest span).
+
+    Returns:
+        Summaries of every trace, in order of start time, ready for :func:`select_trace`.
+    """
+    conventions = conventions or Conventions()
+    is_step = conventions.is_step_span
+    number = conventions.step_attribute
+    held: dict[str, _Trace] = {}
+    best: _Trace | None = None  # the earliest step-rooted trace (no trace id or step asked)
+
+    def slim(s: SpanRecord) -> SpanRecord:
+        """What a let-go trace keeps of a span: no resource, only the step number."""
+        kept = {number: s.attributes[number]} if number and number in s.attributes else {}
+        return replace(s, attributes=kept, resource={})
+
+    def let_go(t: _Trace) -> None:
+        if t.body is not None:
+            t.marks = [slim(s) for s in t.body if not s.parent_span_id or is_step(s.name)]
+            t.first = slim(t.first) if t.first is not None else None
+            t.body = None
+
+    wanted = trace_id.lower() if trace_id is not None else None
+    for s in spans:
+        t = held.get(s.trace_id)
+        if t is None:
+            keep = keep_bodies and (wanted is None or s.trace_id.startswith(wanted))
+            t = held[s.trace_id] = _Trace(
+                s.trace_id, s.start_time_unix_nano, s.end_time_unix_nano,
+                body=[] if keep else None, marks=None if keep else [],
+            )  # fmt: skip
+        t.count += 1
+        t.start = min(t.start, s.start_time_unix_nano)
+        t.end = max(t.end, s.end_time_unix_nano)
+        if t.first is None or s.start_time_unix_nano < t.first.start_time_unix_nano:
+            t.first = s if t.body is not None else slim(s)
+        if t.body is not None:
+            t.body.append(s)
+        elif not s.parent_span_id or is_step(s.name):
+            t.marks.append(slim(s))  # type: ignore[union-attr]
+        if s.parent_span_id or t.body is None or wanted is not None:
+            continue
+        # A root arrived for a trace still held whole: is it still a candidate?
+        if step is not None:
+            if is_step(s.name) and number and s.attributes.get(number) != step:
+                let_go(t)
+        elif is_step(s.name):
+            if best is None or t.start < best.start:
+                if best is not None:
+                    let_go(best)
+                best = t
+            else:
+                let_go(t)
+        elif best is not None:
+            let_go(t)
+    out = []
+    for t in held.values():
+        if t.body is not None:
+            out.extend(traces(t.body))
+        else:
+            marks = tuple(t.marks or ())
+            roots = tuple(sorted((m for m in marks if not m.parent_span_id),
+                                 key=lambda m: m.start_time_unix_nano))  # fmt: skip
+            if not roots and t.first is not None:
+                roots = (t.first,)
+            out.append(TraceSummary(t.trace_id, roots, marks or roots, t.start, t.end, t.count))
+    return sorted(out, key=lambda x: x.start)

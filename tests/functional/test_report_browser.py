@@ -197,3 +197,38 @@ def test_the_cli_writes_the_report_and_names_bad_input(report, tmp_path):
     )
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert "nowhere: no such file or folder" in bad.stderr
+
+
+def test_a_report_against_a_baseline_shows_the_comparison_and_both_curves(report, tmp_path):
+    out, _ = report
+    base = tmp_path / "base"
+    traces = write_traces(
+        base / "telemetry", _emit, groups="per_step", resource={"rl.run_id": "run-a"}
+    )
+    split_worker_spans(traces, {"rl.worker.group": "policy", "rl.worker.rank": 0})
+    page = tmp_path / "against.html"
+    cmd = [sys.executable, "-m", "spanspec.cli", "report", str(out.parent), "-o", str(page)]
+    done = subprocess.run(
+        [*cmd, "--baseline", str(base)], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr
+    assert "against baseline run run-a" in done.stdout
+    shown = chromium("--dump-dom", page.as_uri(), profile=tmp_path / "profile")
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert _console(shown.stderr) == []
+    dom = _Dom()
+    dom.feed(shown.stdout)
+    assert dom.body.get("data-ready") == "true"
+    assert dom.text_by_id["errors"].strip() == ""
+    assert "baseline run run-a" in dom.text_by_id["baseline-meta"]
+    assert "Mann-Whitney U" in dom.text_by_id["baseline-meta"]
+    phases = set(dom.data["data-compare-phase"])
+    assert {"step", "rl.grpo.rollout", "rl.grpo.generation", "rl.grpo.policy_update"} <= phases
+    assert set(dom.data["data-verdict"]) <= {"slower", "faster", "same"}
+    assert dom.data["data-curve"] == ["baseline", "this run"]
+    # A baseline that diff refuses is one line, exit 2.
+    bad = subprocess.run(
+        [*cmd, "--baseline", str(tmp_path / "nowhere")], capture_output=True, text=True, cwd=ROOT
+    )
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert "--baseline:" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1

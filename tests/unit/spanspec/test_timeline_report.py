@@ -159,3 +159,20 @@ def test_a_closing_script_tag_in_an_attribute_cannot_break_the_page(tmp_path):
 
     page = render_report(data)
     assert "</script><b>" not in page and "<\\/script><b>x" in page
+
+
+def test_a_long_run_keeps_the_waterfalls_of_its_first_and_slowest_steps(tmp_path):
+    from spanspec.traces.report import WATERFALLS_FIRST, WATERFALLS_SLOWEST
+
+    path = write_traces(tmp_path, grpo_steps(WATERFALLS_FIRST + WATERFALLS_SLOWEST + 10),
+                        groups="per_step")  # fmt: skip
+    data = write_report(path, tmp_path / "r.html")
+    steps = data["steps"]
+    assert len(steps) == WATERFALLS_FIRST + WATERFALLS_SLOWEST + 10
+    kept = [i for i, s in enumerate(steps) if s["kept"]]
+    assert len(kept) == WATERFALLS_FIRST + WATERFALLS_SLOWEST
+    assert kept[:WATERFALLS_FIRST] == list(range(WATERFALLS_FIRST))
+    later = sorted(steps[WATERFALLS_FIRST:], key=lambda s: -s["dur_ms"])
+    assert all(s["kept"] for s in later[:WATERFALLS_SLOWEST])
+    assert all(s["spans"] == [] for s in steps if not s["kept"])
+    assert all(steps[i]["kept"] for i in data["slowest"])

@@ -134,3 +134,24 @@ def test_a_step_below_a_job_span_is_drawn_as_its_subtree():
     assert render_waterfall(chosen).splitlines()[0].endswith("rl.grpo.step  100.0 ms, 2 spans")
     header = render_waterfall(chosen, conventions=RL).splitlines()[0]
     assert header.endswith("rl.grpo.step (rl.iteration=0)  100.0 ms, 2 spans")
+
+
+@pytest.mark.parametrize("groups", ["per_step", "all"])
+def test_the_streaming_pick_draws_what_the_in_memory_one_draws(tmp_path, groups):
+    from spanspec.traces.otlp_json import TraceStream
+    from spanspec.traces.view import stream_traces
+
+    path = write_traces(tmp_path, grpo_steps(5), groups=groups)
+    held = traces(read_spans(path))
+    for kwargs in ({}, {"step": 3}, {"trace_id": held[-1].trace_id[:10]}):
+        want = render_waterfall(select_trace(held, conventions=RL, **kwargs), conventions=RL)
+        streamed = stream_traces(TraceStream(path).merged(), conventions=RL, **kwargs)
+        got = render_waterfall(select_trace(streamed, conventions=RL, **kwargs), conventions=RL)
+        assert got == want, kwargs
+    listed = stream_traces(TraceStream(path).merged(), conventions=RL, keep_bodies=False)
+    assert [(t.trace_id, t.span_count, t.root_names) for t in listed] == [
+        (t.trace_id, len(t.spans), t.root_names) for t in held
+    ]
+    with pytest.raises(LookupError, match=r"no step span with rl\.iteration=9; steps in the files"):
+        select_trace(stream_traces(TraceStream(path).merged(), step=9, conventions=RL), step=9,
+                     conventions=RL)  # fmt: skip
