@@ -29,6 +29,7 @@ from urllib.parse import quote, unquote
 
 import spanspec
 from nemo_rl.telemetry.config import RL_FIELDS, TelemetryConfig, read_settings
+from nemo_rl.telemetry.genai import provider_attributes
 from nemo_rl.telemetry.identity import RunIdentity
 from spanspec import export, watchdog
 from spanspec import metrics as spanspec_metrics
@@ -253,13 +254,19 @@ def label_attributes(spec: Spec) -> tuple[str, ...]:
 
 
 def init_telemetry_driver(
-    telemetry: TelemetryConfig, identity: RunIdentity, *, spec: Spec | None = None
+    telemetry: TelemetryConfig,
+    identity: RunIdentity,
+    *,
+    spec: Spec | None = None,
+    resource: Mapping[str, Any] | None = None,
 ) -> TelemetryHandle:
     """Start the job's telemetry on the driver; call once, before Ray starts.
 
     ``telemetry`` is the run config's validated ``telemetry:`` block, ``identity`` what the run
-    is (its resource attributes, and where its files go by default). The driver always exports
-    when telemetry is on. A second call returns the first handle.
+    is (its resource attributes, and where its files go by default). ``resource`` adds job-wide
+    resource attributes (the logger backends' run ids: ``mlflow.run_id``, ``wandb.run_id``),
+    which the workers inherit too. The driver always exports when telemetry is on. A second call
+    returns the first handle.
 
     Returns:
         The driver's :class:`~spanspec.export.TelemetryHandle`.
@@ -287,7 +294,7 @@ def init_telemetry_driver(
             "docs/observability/nemo-lens.md)",
             ", ".join(ignored),
         )
-    job_resource = identity.resource(settings)
+    job_resource = {**identity.resource(settings), **(resource or {})}
     handle = export.setup(
         # The env still carries the settings as given: a worker with the SDK exports.
         _without_sdk(settings),
@@ -443,14 +450,15 @@ def record_metrics(metrics: Mapping[str, Any], prefix: str = "") -> int:
 
 
 def record_token_usage(
-    input_tokens: int, output_tokens: int, system: str = "torch", model: str | None = None
+    input_tokens: int, output_tokens: int, provider: str = "torch", model: str | None = None
 ) -> None:
     """Record one generation call's ``gen_ai.client.token.usage`` (input and output points).
 
-    The points carry ``gen_ai.token.type``, ``gen_ai.system``, ``gen_ai.operation.name`` and,
-    when given, ``gen_ai.request.model``, as the OpenTelemetry GenAI conventions ask.
+    The points carry ``gen_ai.token.type``, ``gen_ai.provider.name`` (and ``gen_ai.system``
+    while ``OTEL_SEMCONV_STABILITY_OPT_IN`` asks for the old names), ``gen_ai.operation.name``
+    and, when given, ``gen_ai.request.model``, as the OpenTelemetry GenAI conventions ask.
     """
-    labels = {"gen_ai.system": system, "gen_ai.operation.name": "text_completion"}
+    labels = {**provider_attributes(provider), "gen_ai.operation.name": "text_completion"}
     if model:
         labels["gen_ai.request.model"] = model
     try:
