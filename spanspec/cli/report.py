@@ -21,6 +21,12 @@ def add(commands: Any) -> None:
     )
     report.add_argument("-o", "--out", metavar="FILE", default="report.html", help="output file")
     report.add_argument("--run-id", metavar="ID", help="the run to show (default: the latest)")
+    report.add_argument(
+        "--metrics",
+        metavar="FILE",
+        help="the run's logged scalars, JSON lines of {step, key: value} (default: the "
+        "metrics.jsonl of step rows next to the traces); their curves are drawn",
+    )
     add_registry_option(report, traces=True)
     report.set_defaults(run=run)
 
@@ -32,13 +38,16 @@ def run(args: argparse.Namespace) -> int:
         return reader_spec(args, (s.resource for s in spans))
 
     try:
-        data = write_report(args.path, args.out, spec=spec, run_id=args.run_id)
+        data = write_report(
+            args.path, args.out, spec=spec, run_id=args.run_id, metrics_file=args.metrics
+        )
     except ReportError as exc:
         raise UsageError(str(exc)) from None
     except OSError as exc:
         raise UsageError(f"{args.out}: cannot write: {exc.strerror or exc}") from None
     print(
         f"wrote {args.out}: run {data['run_id'] or '-'}, {len(data['steps'])} steps, "
-        f"{data['span_count']} spans, {len(data['lanes'])} processes"
+        f"{data['span_count']} spans, {len(data['lanes'])} processes, "
+        f"{len(data['curves'])} metric curves"
     )
     return 0
