@@ -42,7 +42,7 @@ from nemo_rl.telemetry import (
 from nemo_rl.utils import logger_backends
 from nemo_rl.utils.config import ConfigError, load_config
 from nemo_rl.utils.logger_backends import BackendError
-from spanspec.export import ExportStats
+from spanspec.export import ExportStats, planned_destinations
 from spanspec.findings import SpecError
 from spanspec.settings import SettingsError
 from spanspec.traces.breakdown import step_breakdown
@@ -110,7 +110,10 @@ def _run_loop(loop: Loop, argv: Sequence[str] | None, doc: str | None) -> int:
     settings = handle.settings
     print(f"telemetry: {handle.destinations()}", flush=True)  # where each signal goes
     trace_file = os.path.join(settings.file_dir, "traces.jsonl")
-    backends.set_tags({"rl.run_id": settings.run_id or "", "rl.trace_file": trace_file})
+    tags = {"rl.run_id": settings.run_id or ""}
+    if any(d.startswith("file ") for d in planned_destinations(settings)["traces"]):
+        tags["rl.trace_file"] = trace_file  # where the traces are kept, if in a file
+    backends.set_tags(tags)
     terminate = _Terminate()
     try:
         with terminate:

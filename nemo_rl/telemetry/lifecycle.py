@@ -240,6 +240,26 @@ def _activate(handle: TelemetryHandle, spec: Spec | None) -> None:
     spanspec_metrics.bind(spec, handle.meter_provider)
 
 
+def _run_on_roots(handle: TelemetryHandle, spec: Spec, run_id: str | None) -> None:
+    """Put the run id on every root span whose declaration has the run attribute (the step
+    spans): a backend that keeps no resource attributes (MLflow, Phoenix) still ties each trace
+    to its run, and so to the logger's MLflow or W&B run of the same job."""
+    key = spec.conventions.run_attribute
+    provider = handle.tracer_provider
+    if not (key and run_id and hasattr(provider, "add_span_processor")):
+        return
+    from opentelemetry.sdk.trace import SpanProcessor
+
+    names = frozenset(n for n, entry in spec.spans.items() if key in entry.requirements)
+
+    class RunOnRoots(SpanProcessor):
+        def on_start(self, span: Any, parent_context: Any = None) -> None:
+            if span.parent is None and span.name in names:
+                span.set_attribute(key, run_id)
+
+    provider.add_span_processor(RunOnRoots())
+
+
 # -- the public lifecycle -------------------------------------------------------------------------
 
 
@@ -313,6 +333,7 @@ def init_telemetry_driver(
         handle_sigterm=True,
         label_attributes=label_attributes(spec),
     )
+    _run_on_roots(handle, spec, settings.run_id)
     # Only once every setting has proved good, so a failed init leaves the env as it found it;
     # written also when off, so that workers are off too.
     _write_env(settings, job_resource)
