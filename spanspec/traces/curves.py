@@ -21,7 +21,14 @@ from typing import Any
 
 from spanspec.spec import Spec
 
-__all__ = ["METRICS_FILE", "STEP_KEY", "find_metrics_file", "metric_curves", "read_rows"]
+__all__ = [
+    "METRICS_FILE",
+    "STEP_KEY",
+    "find_metrics_file",
+    "metric_curves",
+    "read_rows",
+    "step_offset",
+]
 
 METRICS_FILE = "metrics.jsonl"
 """The metrics file's name, looked for next to the trace files."""
@@ -92,3 +99,12 @@ def metric_curves(rows: Iterable[dict[str, Any]], spec: Spec) -> list[dict[str, 
             }
         )
     return curves
+
+
+def step_offset(curves: Sequence[dict[str, Any]], iterations: Iterable[int]) -> int:
+    """How a logged step maps to a step span's number: 0 when the program logs a step under the
+    number its span carries, 1 when it logs the steps done (1-based) while its spans count from 0.
+    The offset that matches more logged steps to step spans wins (0 on a tie)."""
+    numbers = set(iterations)
+    logged = {p[0] for c in curves for p in c["points"]}
+    return max((0, 1), key=lambda k: (len({n - k for n in logged} & numbers), -k))

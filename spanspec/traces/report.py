@@ -30,7 +30,7 @@ from typing import Any
 
 from spanspec.spec import Spec
 from spanspec.traces.breakdown import Breakdown, compute_breakdown
-from spanspec.traces.curves import find_metrics_file, metric_curves, read_rows
+from spanspec.traces.curves import find_metrics_file, metric_curves, read_rows, step_offset
 from spanspec.traces.otlp_json import TRACE_FILE, SpanRecord, read_traces, trace_files
 from spanspec.traces.timeline import lane_of, lanes, pack_tracks
 
@@ -263,6 +263,7 @@ def write_report(
         raise ReportError(f"{rows_file}: no such metrics file")
     data["metrics_file"] = str(rows_file) if rows_file else None
     data["curves"] = metric_curves(read_rows(rows_file), spec) if rows_file else []
+    data["curve_step_offset"] = step_offset(data["curves"], (s["iteration"] for s in data["steps"]))
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(render_report(data), encoding="utf-8")
     return data

@@ -155,4 +155,4 @@ def test_search_traces_reads_every_step_with_its_parents_and_the_run_carries_the
     assert found.data.tags["rl.run_id"] == RUN_ID and found.info.status == "FINISHED"
     assert "rl.trace_file" not in found.data.tags  # the traces are in MLflow, not in a file
     loss = client.get_metric_history(found.info.run_id, "train/loss")
-    assert sorted(m.step for m in loss) == list(range(STEPS))
+    assert sorted(m.step for m in loss) == list(range(1, STEPS + 1))  # the logger's steps done

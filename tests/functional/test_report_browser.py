@@ -232,3 +232,22 @@ def test_the_metric_curves_are_drawn_per_step_and_follow_the_step_picker(report,
     assert len(re.findall(r'<circle[^>]*class="point', done.stdout)) == 3 * STEPS + 2
     picked = re.findall(r'<circle[^>]*class="point picked"[^>]*data-step="(\d+)"', done.stdout)
     assert picked == ["2"] * len(CURVES)
+
+
+def test_steps_logged_as_steps_done_link_to_the_span_one_below(report, tmp_path):
+    """A program that logs the steps done (1-based) while its step spans count from 0: logged
+    step n is step span n - 1, for the picker and the marks alike."""
+    out, _ = report
+    done_rows = tmp_path / "done.jsonl"
+    done_rows.write_text(
+        "".join(
+            json.dumps({"step": i + 1, "train/loss": 1.0 / (i + 1)}) + "\n" for i in range(STEPS)
+        )
+    )
+    page = tmp_path / "done.html"
+    data = write_report(out.parent, page, metrics_file=done_rows)
+    assert data["curve_step_offset"] == 1
+    done = chromium("--dump-dom", page.as_uri() + "#step=2", profile=tmp_path / "profile")
+    assert _console(done.stderr) == []
+    picked = re.findall(r'<circle[^>]*class="point picked"[^>]*data-step="(\d+)"', done.stdout)
+    assert picked == ["3"]
