@@ -104,7 +104,11 @@ def metric_curves(rows: Iterable[dict[str, Any]], spec: Spec) -> list[dict[str, 
 def step_offset(curves: Sequence[dict[str, Any]], iterations: Iterable[int]) -> int:
     """How a logged step maps to a step span's number: 0 when the program logs a step under the
     number its span carries, 1 when it logs the steps done (1-based) while its spans count from 0.
-    The offset that matches more logged steps to step spans wins (0 on a tie)."""
+    Judged on the curve with the most points (a per-step one: an evaluation logged before the
+    first step would blur it); the offset that matches more of its steps to step spans wins,
+    0 on a tie."""
     numbers = set(iterations)
-    logged = {p[0] for c in curves for p in c["points"]}
+    if not curves:
+        return 0
+    logged = {p[0] for p in max(curves, key=lambda c: len(c["points"]))["points"]}
     return max((0, 1), key=lambda k: (len({n - k for n in logged} & numbers), -k))
