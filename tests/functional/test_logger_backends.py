@@ -173,3 +173,35 @@ def test_a_backend_that_is_not_installed_is_one_line_with_the_install_command(
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
     assert f"logger.{key}: " in lines[0] and f"pip install 'nemo-rl-otel[{extra}]'" in lines[0]
+
+
+def test_the_report_draws_the_runs_curves_at_their_steps(run, tmp_path):
+    """``spanspec report`` on the run folder: the logger's curves from metrics.jsonl, each logged
+    step (steps done, 1-based) linked to its step span (numbered from 0)."""
+    log_dir, _, rows = run
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "spanspec.cli",
+            "report",
+            str(log_dir),
+            "-o",
+            str(tmp_path / "r.html"),
+        ],
+        cwd=ROOT,
+        env=run_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "metric curves" in proc.stdout
+    from spanspec.traces.report import write_report
+
+    data = write_report(log_dir, tmp_path / "again.html")
+    curves = {c["key"]: dict(map(tuple, c["points"])) for c in data["curves"]}
+    for key in ("train/reward_mean", "train/loss", "validation/accuracy"):
+        assert curves[key] == pytest.approx(logged(rows, key)), key
+    assert data["curve_step_offset"] == 1
+    assert [s["iteration"] for s in data["steps"]] == list(range(STEPS))
