@@ -34,9 +34,17 @@ from pydantic import BaseModel, ValidationError
 from nemo_rl.algorithms.common import RunResult, cluster_address_problem
 from nemo_rl.algorithms.task import run_inputs
 from nemo_rl.distributed import WorkerDied
-from nemo_rl.telemetry import RunIdentity, init_telemetry_driver, job_cost, shutdown_telemetry
+from nemo_rl.telemetry import (
+    RunIdentity,
+    check_telemetry,
+    init_telemetry_driver,
+    job_cost,
+    shutdown_telemetry,
+)
+from nemo_rl.utils import logger_backends
 from nemo_rl.utils.config import ConfigError, load_config
-from spanspec.export import ExportStats
+from nemo_rl.utils.logger_backends import BackendError
+from spanspec.export import ExportStats, planned_destinations
 from spanspec.findings import SpecError
 from spanspec.settings import SettingsError
 from spanspec.traces.breakdown import step_breakdown
@@ -67,6 +75,13 @@ class Loop:
 
 def run_loop(loop: Loop, argv: Sequence[str] | None = None, doc: str | None = None) -> int:
     """Runs ``loop`` from the command line ``argv``; returns the process exit code."""
+    code = _run_loop(loop, argv, doc)
+    # The logger backends' runs end with the job: finished, killed by SIGTERM, or failed.
+    logger_backends.finish({0: "FINISHED", EXIT_TERMINATED: "KILLED"}.get(code, "FAILED"))
+    return code
+
+
+def _run_loop(loop: Loop, argv: Sequence[str] | None, doc: str | None) -> int:
     parser = argparse.ArgumentParser(
         description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -85,9 +100,13 @@ def run_loop(loop: Loop, argv: Sequence[str] | None = None, doc: str | None = No
         )
         if problem := cluster_address_problem(cfg.cluster):  # before anything starts
             raise ConfigError([problem])
-        # Telemetry first: it writes NEMO_RL_OTEL_* for the Ray workers, so it precedes ray.init.
-        handle = init_telemetry_driver(cfg.telemetry, identity)
-    except (ConfigError, SettingsError, SpecError, ValidationError) as e:
+        check_telemetry(cfg.telemetry, identity)  # a bad setting fails before a backend opens a run
+        # The logger backends next: an MLflow or W&B run's id goes on the telemetry resource.
+        params = logger_backends.flatten(cfg.model_dump(mode="json"))
+        backends = logger_backends.start(cfg.logger, params)
+        # Telemetry before Ray: it writes NEMO_RL_OTEL_* for the Ray workers.
+        handle = init_telemetry_driver(cfg.telemetry, identity, resource=backends.resource)
+    except (ConfigError, SettingsError, SpecError, ValidationError, BackendError) as e:
         return _fail(str(e), EXIT_BAD_INPUT)
     except OSError as e:
         return _fail(f"telemetry: cannot write {e.filename or ''}: {e.strerror or e}", 2)
@@ -102,6 +121,11 @@ def run_loop(loop: Loop, argv: Sequence[str] | None = None, doc: str | None = No
             flush=True,
         )
     print(inputs.line(), flush=True)
+    trace_file = os.path.join(settings.file_dir, "traces.jsonl")
+    tags = {"rl.run_id": settings.run_id or ""}
+    if any(d.startswith("file ") for d in planned_destinations(settings)["traces"]):
+        tags["rl.trace_file"] = trace_file  # where the traces are kept, if in a file
+    backends.set_tags(tags)
     terminate = _Terminate()
     try:
         with terminate:
@@ -129,7 +153,8 @@ def run_loop(loop: Loop, argv: Sequence[str] | None = None, doc: str | None = No
     if settings.enabled:
         print(job_cost(stats, result.worker_costs).line())
     print(f"metrics: {os.path.join(cfg.logger.log_dir, 'metrics.jsonl')}")
-    trace_file = os.path.join(settings.file_dir, "traces.jsonl")
+    for line in backends.where():
+        print(line)
     trained = any(result.summary.curves.values())  # a finished run run again trains nothing
     if trained and settings.enabled and "file" in settings.exporters and os.path.exists(trace_file):
         print(step_breakdown(trace_file, run_id=settings.run_id))

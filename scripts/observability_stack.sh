@@ -23,9 +23,18 @@
 #   bash scripts/observability_stack.sh restart phoenix  # same ports and data: earlier traces stay
 #   bash scripts/observability_stack.sh down      # stop what `up` started (its pid files)
 #
+# MLflow instead (or as well): a local `mlflow server` on 127.0.0.1 with a SQLite store, which
+# takes a run's traces over OTLP/HTTP (/v1/traces) and its logger's params and metrics
+# (logger.mlflow). It runs from the project's venv (`pip install -e '.[mlflow]'`):
+#
+#   bash scripts/observability_stack.sh mlflow up      # start, make the experiment, print settings
+#   bash scripts/observability_stack.sh mlflow status
+#   bash scripts/observability_stack.sh mlflow down
+#
 # Phoenix has its own venv because it pins its own OpenTelemetry and web stack. Ports and the
 # folders are environment variables: STACK_DIR, STACK_VENV, PHOENIX_PORT, PHOENIX_GRPC_PORT,
-# ROTEL_GRPC_PORT, ROTEL_HTTP_PORT, PROMETHEUS_PORT, BRIDGE_PORT, ROTEL_RETRY_FOR.
+# ROTEL_GRPC_PORT, ROTEL_HTTP_PORT, PROMETHEUS_PORT, BRIDGE_PORT, ROTEL_RETRY_FOR; for MLflow
+# MLFLOW_PORT (5000), MLFLOW_EXPERIMENT (nemo-rl), MLFLOW_PYTHON (the python with mlflow).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STACK_DIR=$(mkdir -p "${STACK_DIR:-.stack}" && cd "${STACK_DIR:-.stack}" && pwd)
@@ -38,6 +47,9 @@ BRIDGE_PORT=${BRIDGE_PORT:-9201}
 ROTEL_RETRY_FOR=${ROTEL_RETRY_FOR:-300s}
 VENV=${STACK_VENV:-$STACK_DIR/venv}
 PHOENIX_SPEC=${PHOENIX_SPEC:-arize-phoenix>=12}
+MLFLOW_PORT=${MLFLOW_PORT:-5000}
+MLFLOW_EXPERIMENT=${MLFLOW_EXPERIMENT:-nemo-rl}
+MLFLOW_PYTHON=${MLFLOW_PYTHON:-.venv/bin/python}
 
 say() { echo "stack: $*"; }
 die() { echo "stack: error: $*" >&2; exit 2; }
@@ -227,11 +239,54 @@ status() {  # [run id]: what each part holds of that run
     --bridge-log "$STACK_DIR/bridge.log" "$@"
 }
 
+# -- MLflow: traces over OTLP/HTTP, and the logger's runs ---------------------------------------
+
+mlflow_up() {
+  "$MLFLOW_PYTHON" -c 'import mlflow' 2>/dev/null ||
+    die "mlflow is not installed in $MLFLOW_PYTHON: pip install -e '.[mlflow]' (or set MLFLOW_PYTHON)"
+  mkdir -p "$STACK_DIR/mlflow/artifacts"
+  start mlflow "$MLFLOW_PYTHON" -m mlflow server --host 127.0.0.1 --port "$MLFLOW_PORT" --workers 1 \
+    --backend-store-uri "sqlite:///$STACK_DIR/mlflow/mlflow.db" \
+    --default-artifact-root "$STACK_DIR/mlflow/artifacts"
+  wait_http mlflow "http://127.0.0.1:$MLFLOW_PORT/health" 180
+  local url="http://127.0.0.1:$MLFLOW_PORT" id
+  # The experiment the traces go to (the OTLP header names it by id); the logger's runs too.
+  id=$(MLFLOW_HTTP_REQUEST_MAX_RETRIES=2 "$MLFLOW_PYTHON" -c 'import sys
+from mlflow import MlflowClient
+c = MlflowClient(sys.argv[1])
+e = c.get_experiment_by_name(sys.argv[2])
+print(e.experiment_id if e else c.create_experiment(sys.argv[2]))' "$url" "$MLFLOW_EXPERIMENT") ||
+    die "mlflow: cannot make experiment $MLFLOW_EXPERIMENT at $url; see $STACK_DIR/mlflow.log"
+  cat <<EOF
+stack: mlflow up (pid $(cat "$STACK_DIR/mlflow.pid"), log $STACK_DIR/mlflow.log, store $STACK_DIR/mlflow/mlflow.db)
+  MLflow      $url       experiment $MLFLOW_EXPERIMENT (id $id): traces (Traces tab) and runs
+Send a run's traces and its logger's params and metrics here (env, then the run's keys):
+  export OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=$url/v1/traces
+  export OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf
+  export OTEL_EXPORTER_OTLP_TRACES_HEADERS=x-mlflow-experiment-id=$id
+  python examples/run_grpo.py logger.mlflow.enabled=true logger.mlflow.tracking_uri=$url logger.mlflow.experiment=$MLFLOW_EXPERIMENT
+With exporter auto (the default) only the traces go to MLflow; metrics and logs, which have no
+endpoint of their own, stay in the run's telemetry/metrics.jsonl and logs.jsonl (MLflow takes no
+OTLP metrics); the logger's scalars reach MLflow as the run's metrics. The run's id is on the
+traces' resource (mlflow.run_id) and the MLflow run's tags hold rl.run_id and the trace file.
+EOF
+}
+
+mlflow_cmd() {
+  case "${1:-}" in
+    up) mlflow_up ;;
+    down) stop mlflow ;;
+    status) if running mlflow; then say "mlflow running (pid $(cat "$STACK_DIR/mlflow.pid")) on 127.0.0.1:$MLFLOW_PORT"; else say "mlflow stopped"; fi ;;
+    *) die "mlflow takes up, down or status (got '${1:-}')" ;;
+  esac
+}
+
 case "${1:-}" in
   install) install ;;
+  mlflow) mlflow_cmd "${2:-}" ;;
   up) up ;;
   down) down ;;
   restart) restart "${2:-}" ;;
   status) shift; status "$@" ;;
-  *) echo "usage: $0 install|up|down|status [RUN_ID]|restart phoenix|prometheus|rotel|bridge" >&2; exit 2 ;;
+  *) echo "usage: $0 install|up|down|status [RUN_ID]|restart phoenix|prometheus|rotel|bridge|mlflow up|down|status" >&2; exit 2 ;;
 esac

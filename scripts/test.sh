@@ -6,7 +6,9 @@
 # tests start (OTLP receivers, the collector, Ray) can listen on 127.0.0.1 and nowhere else.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh --vllm  # the real-engine tests (tests/functional/test_vllm_real.py) need vLLM
+# The real-engine tests (tests/functional/test_vllm_real.py) need vLLM; the logger backends'
+# tests (tests/functional/test_logger_backends.py, test_mlflow_traces.py) TensorBoard, MLflow, W&B.
+bash scripts/setup.sh --vllm --loggers
 # Tools some tests drive (each test skips without its tool): Debian's chromium (the report in a
 # browser) and prometheus (the metrics exporter scraped by a real server), installed as root
 # when missing; the observability stack's own venv (Phoenix, rotel; SKIP_STACK=1 skips it).

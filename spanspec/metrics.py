@@ -35,7 +35,6 @@ from spanspec.spec import MetricDef, Spec
 
 __all__ = [
     "DURATION_BUCKETS_S",
-    "TOKEN_BUCKETS",
     "MetricRecorder",
     "active_recorder",
     "bind",
@@ -53,18 +52,13 @@ DURATION_BUCKETS_S = (
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0,
     500.0, 1000.0, 2500.0, 5000.0,
 )  # fmt: skip
-# The OpenTelemetry GenAI semantic conventions' advice for gen_ai.client.token.usage.
-TOKEN_BUCKETS = (
-    1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864,
-)  # fmt: skip
 
 
-def _buckets(unit: str) -> tuple[float, ...] | None:
-    if unit == "s":
-        return DURATION_BUCKETS_S
-    if unit == "{token}":
-        return TOKEN_BUCKETS
-    return None
+def _buckets(metric: MetricDef) -> tuple[float, ...] | None:
+    """The registry's boundaries; else, for seconds, :data:`DURATION_BUCKETS_S`; else the SDK's."""
+    if metric.buckets is not None:
+        return metric.buckets
+    return DURATION_BUCKETS_S if metric.unit == "s" else None
 
 
 def _create(meter: otel_metrics.Meter, metric: MetricDef) -> Any:
@@ -80,7 +74,7 @@ def _create(meter: otel_metrics.Meter, metric: MetricDef) -> Any:
             name,
             unit=unit,
             description=brief,
-            explicit_bucket_boundaries_advisory=_buckets(unit),
+            explicit_bucket_boundaries_advisory=_buckets(metric),
         )
     raise ValueError(f"metric '{name}': unknown instrument '{kind}'")
 

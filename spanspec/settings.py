@@ -364,6 +364,19 @@ def otlp_endpoint_configured(env: Mapping[str, str] | None = None) -> str | None
     return next((var for var in _OTLP_ENDPOINT_VARS if env.get(var, "").strip()), None)
 
 
+def otlp_signals_configured(env: Mapping[str, str] | None = None) -> tuple[str, ...] | None:
+    """The signals whose own ``OTEL_EXPORTER_OTLP_<SIGNAL>_ENDPOINT`` is set when the common
+    ``OTEL_EXPORTER_OTLP_ENDPOINT`` is not; None when it is (every signal has an endpoint)."""
+    env = os.environ if env is None else env
+    if env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip():
+        return None
+    return tuple(
+        s
+        for s in ("traces", "metrics", "logs")
+        if env.get(f"OTEL_EXPORTER_OTLP_{s.upper()}_ENDPOINT", "").strip()
+    )
+
+
 @dataclass(frozen=True)
 class Settings:
     """The effective telemetry settings. ``sources[name]`` says where each value came from:
@@ -399,11 +412,17 @@ class Settings:
     env_prefix: str | None = field(default=None, compare=False, repr=False)
     """The prefix the settings were read under (None: none), the default of :meth:`to_env`."""
     mapping_name: str = field(default="telemetry", compare=False, repr=False)
+    auto_otlp_signals: tuple[str, ...] | None = None
+    """Under ``exporter: auto`` with only some ``OTEL_EXPORTER_OTLP_<SIGNAL>_ENDPOINT`` set: the
+    signals that go to OTLP; the others stay on the file exporter. None otherwise."""
 
     @property
     def exporters(self) -> tuple[str, ...]:
         """The exporters to build: ``()`` for ``none``, else e.g. ``("otlp", "file")``."""
-        return tuple(e for e in self.exporter.split(",") if e and e != "none")
+        names = tuple(e for e in self.exporter.split(",") if e and e != "none")
+        if self.auto_otlp_signals is not None:
+            return (*names, "file")
+        return names
 
     def _declared(self) -> dict[str, FieldSpec]:
         return {**_BY_NAME, **{f.name: f for f in self.fields}}
@@ -464,6 +483,8 @@ class Settings:
             if value is None:
                 continue
             text = ("true" if value else "false") if isinstance(value, bool) else str(value)
+            if name == "exporter" and self.auto_otlp_signals is not None:
+                text = "auto"  # a child resolves it per signal from the same OTEL_* variables
             out[declared[name].env_name(prefix)] = text
         return out
 
@@ -611,10 +632,19 @@ def load_settings(
     if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         values["enabled"] = False
         sources["enabled"] = "env OTEL_SDK_DISABLED"
+    auto_otlp_signals: tuple[str, ...] | None = None
     if values["exporter"] == "auto":
         endpoint_var = otlp_endpoint_configured(env)
         values["exporter"] = "otlp" if endpoint_var else "file"
         why = f"{endpoint_var} is set" if endpoint_var else "no OTLP endpoint is set"
+        own = otlp_signals_configured(env)
+        if endpoint_var and own is not None:
+            # Only some signals have an endpoint of their own: the others stay on their file
+            # exporter rather than going to the default localhost:4317, where nothing listens.
+            auto_otlp_signals = own
+            rest = [s for s in ("traces", "metrics", "logs") if s not in own]
+            named = ", ".join(f"OTEL_EXPORTER_OTLP_{s.upper()}_ENDPOINT" for s in own)
+            why = f"otlp for {', '.join(own)} ({named} is set), file for {', '.join(rest)}"
         sources["exporter"] = f"{sources['exporter']} (auto: {why})"
     if values["enabled"]:
         exporters = [e for e in values["exporter"].split(",") if e != "none"]
@@ -624,6 +654,7 @@ def load_settings(
     extra = {f.name: values.pop(f.name) for f in fields}
     return Settings(
         **values,
+        auto_otlp_signals=auto_otlp_signals,
         extra=extra,
         sources=sources,
         fields=tuple(fields),

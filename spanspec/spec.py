@@ -134,6 +134,8 @@ class MetricDef:
     spans: frozenset[str] = frozenset()
     span_templates: tuple[str, ...] = ()
     attributes: tuple[str, ...] = ()
+    buckets: tuple[float, ...] | None = None
+    """A histogram's bucket boundaries as the registry declares them (None: the default)."""
 
 
 # Resource attributes a process may set for the readers of its traces: the registry file its

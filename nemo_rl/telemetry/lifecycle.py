@@ -29,6 +29,7 @@ from urllib.parse import quote, unquote
 
 import spanspec
 from nemo_rl.telemetry.config import RL_FIELDS, TelemetryConfig, read_settings
+from nemo_rl.telemetry.genai import provider_attributes
 from nemo_rl.telemetry.identity import RunIdentity
 from spanspec import export, watchdog
 from spanspec import metrics as spanspec_metrics
@@ -239,6 +240,26 @@ def _activate(handle: TelemetryHandle, spec: Spec | None) -> None:
     spanspec_metrics.bind(spec, handle.meter_provider)
 
 
+def _run_on_roots(handle: TelemetryHandle, spec: Spec, run_id: str | None) -> None:
+    """Put the run id on every root span whose declaration has the run attribute (the step
+    spans): a backend that keeps no resource attributes (MLflow, Phoenix) still ties each trace
+    to its run, and so to the logger's MLflow or W&B run of the same job."""
+    key = spec.conventions.run_attribute
+    provider = handle.tracer_provider
+    if not (key and run_id and hasattr(provider, "add_span_processor")):
+        return
+    from opentelemetry.sdk.trace import SpanProcessor
+
+    names = frozenset(n for n, entry in spec.spans.items() if key in entry.requirements)
+
+    class RunOnRoots(SpanProcessor):
+        def on_start(self, span: Any, parent_context: Any = None) -> None:
+            if span.parent is None and span.name in names:
+                span.set_attribute(key, run_id)
+
+    provider.add_span_processor(RunOnRoots())
+
+
 # -- the public lifecycle -------------------------------------------------------------------------
 
 
@@ -253,13 +274,19 @@ def label_attributes(spec: Spec) -> tuple[str, ...]:
 
 
 def init_telemetry_driver(
-    telemetry: TelemetryConfig, identity: RunIdentity, *, spec: Spec | None = None
+    telemetry: TelemetryConfig,
+    identity: RunIdentity,
+    *,
+    spec: Spec | None = None,
+    resource: Mapping[str, Any] | None = None,
 ) -> TelemetryHandle:
     """Start the job's telemetry on the driver; call once, before Ray starts.
 
     ``telemetry`` is the run config's validated ``telemetry:`` block, ``identity`` what the run
-    is (its resource attributes, and where its files go by default). The driver always exports
-    when telemetry is on. A second call returns the first handle.
+    is (its resource attributes, and where its files go by default). ``resource`` adds job-wide
+    resource attributes (the logger backends' run ids: ``mlflow.run_id``, ``wandb.run_id``),
+    which the workers inherit too. The driver always exports when telemetry is on. A second call
+    returns the first handle.
 
     Returns:
         The driver's :class:`~spanspec.export.TelemetryHandle`.
@@ -287,7 +314,7 @@ def init_telemetry_driver(
             "docs/observability/nemo-lens.md)",
             ", ".join(ignored),
         )
-    job_resource = identity.resource(settings)
+    job_resource = {**identity.resource(settings), **(resource or {})}
     handle = export.setup(
         # The env still carries the settings as given: a worker with the SDK exports.
         _without_sdk(settings),
@@ -306,6 +333,7 @@ def init_telemetry_driver(
         handle_sigterm=True,
         label_attributes=label_attributes(spec),
     )
+    _run_on_roots(handle, spec, settings.run_id)
     # Only once every setting has proved good, so a failed init leaves the env as it found it;
     # written also when off, so that workers are off too.
     _write_env(settings, job_resource)
@@ -443,14 +471,15 @@ def record_metrics(metrics: Mapping[str, Any], prefix: str = "") -> int:
 
 
 def record_token_usage(
-    input_tokens: int, output_tokens: int, system: str = "torch", model: str | None = None
+    input_tokens: int, output_tokens: int, provider: str = "torch", model: str | None = None
 ) -> None:
     """Record one generation call's ``gen_ai.client.token.usage`` (input and output points).
 
-    The points carry ``gen_ai.token.type``, ``gen_ai.system``, ``gen_ai.operation.name`` and,
-    when given, ``gen_ai.request.model``, as the OpenTelemetry GenAI conventions ask.
+    The points carry ``gen_ai.token.type``, ``gen_ai.provider.name`` (and ``gen_ai.system``
+    while ``OTEL_SEMCONV_STABILITY_OPT_IN`` asks for the old names), ``gen_ai.operation.name``
+    and, when given, ``gen_ai.request.model``, as the OpenTelemetry GenAI conventions ask.
     """
-    labels = {"gen_ai.system": system, "gen_ai.operation.name": "text_completion"}
+    labels = {**provider_attributes(provider), "gen_ai.operation.name": "text_completion"}
     if model:
         labels["gen_ai.request.model"] = model
     try:

@@ -8,15 +8,76 @@ import math
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 from tqdm import tqdm
 
-__all__ = ["Logger", "LoggerConfig", "MetricsSink"]
+from nemo_rl.utils import logger_backends
+from nemo_rl.utils.logger_backends import Backends
+
+__all__ = [
+    "Logger",
+    "LoggerConfig",
+    "MetricsSink",
+    "MlflowConfig",
+    "TensorBoardConfig",
+    "WandbConfig",
+]
 
 MetricsSink = Callable[[Mapping[str, Any], str], Any]
 """Called with each ``log`` call's metrics and prefix, after the file."""
+
+
+class _Backend(BaseModel):
+    """One optional place the scalars also go; checked with the config, before anything starts."""
+
+    model_config = ConfigDict(extra="forbid")
+    enabled: bool = False
+    """Write the logger's scalars here too (needs the backend's extra installed)."""
+
+    section: ClassVar[str] = ""
+
+    @model_validator(mode="after")
+    def _can_start(self) -> _Backend:
+        found = logger_backends.problem(self.section, self)
+        if found:
+            raise ValueError(found)
+        return self
+
+
+class TensorBoardConfig(_Backend):
+    """TensorBoard event files (``pip install 'nemo-rl-otel[tensorboard]'``)."""
+
+    section: ClassVar[str] = "tensorboard"
+
+    log_dir: str | None = None
+    """Where the event files go; default ``<logger.log_dir>/tensorboard``."""
+
+
+class MlflowConfig(_Backend):
+    """An MLflow run (``pip install 'nemo-rl-otel[mlflow]'``): params and metrics."""
+
+    section: ClassVar[str] = "mlflow"
+
+    tracking_uri: str | None = None
+    """``file:///abs/mlruns``, ``sqlite:///x.db`` or ``http://host:5000``; default
+    ``$MLFLOW_TRACKING_URI``, else ``<logger.log_dir>/mlruns``."""
+    experiment: str = "nemo-rl"
+    """The experiment the run goes in (made when missing)."""
+    run_name: str | None = None
+    """The run's name; default MLflow's."""
+
+
+class WandbConfig(_Backend):
+    """A Weights & Biases run (``pip install 'nemo-rl-otel[wandb]'``)."""
+
+    section: ClassVar[str] = "wandb"
+
+    project: str = "nemo-rl"
+    """The W&B project."""
+    mode: Literal["offline", "online", "disabled"] = "offline"
+    """``offline`` writes ``<logger.log_dir>/wandb`` and needs no network (``wandb sync`` later)."""
 
 
 class LoggerConfig(BaseModel):
@@ -28,13 +89,21 @@ class LoggerConfig(BaseModel):
     """Run folder: metrics.jsonl, checkpoints and (by default) the telemetry files live here."""
     tqdm: bool = True
     """Show a progress bar with step, reward, loss and step time."""
+    tensorboard: TensorBoardConfig = TensorBoardConfig()
+    """TensorBoard event files: ``logger.tensorboard.enabled=true``."""
+    mlflow: MlflowConfig = MlflowConfig()
+    """An MLflow run: ``logger.mlflow.enabled=true``."""
+    wandb: WandbConfig = WandbConfig()
+    """A W&B run: ``logger.wandb.enabled=true``."""
 
 
 class Logger:
     """Writes ``{"step": n, "<prefix>/<key>": value, ...}`` lines to ``<log_dir>/metrics.jsonl``.
 
-    After the file, every ``log`` call hands the same metrics to each of ``sinks`` (the loops
-    pass ``nemo_rl.telemetry.record_metrics``, which maps logger keys to the registry's metrics).
+    After the file, every ``log`` call writes the same scalars at the same step to ``backends``
+    (default: this process's started TensorBoard, MLflow and W&B backends, see
+    :mod:`nemo_rl.utils.logger_backends`) and hands them to each of ``sinks`` (the loops pass
+    ``nemo_rl.telemetry.record_metrics``, which maps logger keys to the registry's metrics).
     """
 
     def __init__(
@@ -44,8 +113,10 @@ class Logger:
         initial_step: int = 0,
         desc: str = "train",
         sinks: Sequence[MetricsSink] = (),
+        backends: Backends | None = None,
     ) -> None:
         self._sinks = tuple(sinks)
+        self._backends = backends if backends is not None else logger_backends.active()
         os.makedirs(cfg.log_dir, exist_ok=True)
         self.path = os.path.join(cfg.log_dir, "metrics.jsonl")
         self._file = open(self.path, "a", encoding="utf-8")
@@ -67,6 +138,7 @@ class Logger:
         row = {"step": step, **{f"{prefix}/{k}": _plain(v) for k, v in metrics.items()}}
         self._file.write(json.dumps(row) + "\n")
         self._file.flush()
+        self._backends.log(metrics, step, prefix)
         for sink in self._sinks:
             sink(metrics, prefix)
 
@@ -92,6 +164,7 @@ class Logger:
         if self._bar is not None:
             self._bar.close()
         self._file.close()
+        self._backends.flush()
 
 
 def _plain(value: Any) -> Any:

@@ -27,6 +27,12 @@ def add(commands: Any) -> None:
         help="another run to compare with, as spanspec diff does: the page adds the comparison "
         "table with verdicts and both runs' step times on one chart",
     )
+    report.add_argument(
+        "--metrics",
+        metavar="FILE",
+        help="the run's logged scalars, JSON lines of {step, key: value} (default: the "
+        "metrics.jsonl of step rows next to the traces); their curves are drawn",
+    )
     add_registry_option(report, traces=True)
     report.set_defaults(run=run)
 
@@ -39,7 +45,12 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         data = write_report(
-            args.path, args.out, spec=spec, run_id=args.run_id, baseline=args.baseline
+            args.path,
+            args.out,
+            spec=spec,
+            run_id=args.run_id,
+            baseline=args.baseline,
+            metrics_file=args.metrics,
         )
     except ReportError as exc:
         raise UsageError(str(exc)) from None
@@ -47,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.out}: cannot write: {exc.strerror or exc}") from None
     print(
         f"wrote {args.out}: run {data['run_id'] or '-'}, {len(data['steps'])} steps, "
-        f"{data['span_count']} spans, {len(data['lanes'])} processes"
+        f"{data['span_count']} spans, {len(data['lanes'])} processes, "
+        f"{len(data['curves'])} metric curves"
         + (f"; against baseline run {data['baseline']['run_id'] or '-'}" if args.baseline else "")
     )
     return 0

@@ -65,7 +65,12 @@ from spanspec.export._stats import (
     _OncePerMessage,
     exporters_for,
 )
-from spanspec.export.otlp import otlp_endpoint, otlp_protocol, protocol_hint
+from spanspec.export.otlp import (
+    otlp_destination,
+    otlp_endpoint,
+    otlp_protocol,
+    protocol_hint,
+)
 from spanspec.export.resource import base_resource_attributes
 from spanspec.export.who import should_export
 from spanspec.settings import Settings, SettingsError
@@ -176,7 +181,7 @@ def _build(
     destinations = {
         "file": lambda s: str(Path(settings.file_dir).expanduser().resolve() / f"{s}.jsonl"),
         "console": lambda s: "stdout",
-        "otlp": lambda s: f"{protocols[s]} {otlp_endpoint(s, protocols[s])}",
+        "otlp": lambda s: otlp_destination(s, protocols[s]),
         "prometheus": lambda s: _prometheus_destination(settings),
     }
     if settings.prometheus_remote_write_url and "prometheus" in settings.exporters:
@@ -284,7 +289,7 @@ def planned_destinations(
                 protocol = otlp_protocol(signal_name, env)
                 hint = protocol_hint(signal_name, protocol, env)
                 entries.append(
-                    f"otlp {protocol} {otlp_endpoint(signal_name, protocol, env)}"
+                    f"otlp {otlp_destination(signal_name, protocol, env)}"
                     + (f" ({hint})" if hint else "")
                 )
         out[signal_name] = entries

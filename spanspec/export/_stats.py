@@ -249,6 +249,9 @@ def exporters_for(signal_name: str, settings: Any) -> list[str]:
     """The exporters of one signal: ``prometheus`` serves metrics only, and takes them from
     ``otlp`` (a Prometheus user scrapes metrics; OTLP then carries traces and logs)."""
     names = list(settings.exporters)
+    partial = getattr(settings, "auto_otlp_signals", None)
+    if partial is not None:  # exporter auto, some signals with an endpoint of their own
+        return ["otlp"] if signal_name in partial else ["file"]
     if "prometheus" in names:
         names.remove("prometheus")
         if signal_name == "metrics":

@@ -46,6 +46,17 @@ def otlp_endpoint(signal_name: str, protocol: str, env: Mapping[str, str] | None
     return f"{(base or 'http://localhost:4318').rstrip('/')}/v1/{signal_name}"
 
 
+def otlp_destination(signal_name: str, protocol: str, env: Mapping[str, str] | None = None) -> str:
+    """``grpc http://h:4317`` for messages; an endpoint no variable sets says it is the default,
+    and which variables would set it (a signal sent there is usually lost)."""
+    env = os.environ if env is None else env
+    where = f"{protocol} {otlp_endpoint(signal_name, protocol, env)}"
+    own = f"OTEL_EXPORTER_OTLP_{signal_name.upper()}_ENDPOINT"
+    if not (env.get(own, "").strip() or env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()):
+        where += f" (the default: neither {own} nor OTEL_EXPORTER_OTLP_ENDPOINT is set)"
+    return where
+
+
 # Ports that speak only one OTLP transport, by convention or by product.
 _HTTP_PORTS = {4318: "the OTLP/HTTP port", 6006: "Phoenix's HTTP port"}
 _GRPC_PORTS = {4317: "the OTLP/gRPC port"}

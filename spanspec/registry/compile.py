@@ -8,6 +8,7 @@ the registry has its own small builder below; they share one :class:`_Report`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from types import MappingProxyType
 
@@ -259,6 +260,22 @@ def _metric(
             (*where, "instrument"),
         )
     _check_metric_attributes(name, m, attributes, report)
+    if m.buckets is not None:
+        if m.instrument.value != "histogram":
+            report(
+                "metric.buckets_need_histogram",
+                f"metrics.{name}: only a histogram has buckets, not a {m.instrument.value}",
+                (*where, "buckets"),
+            )
+        elif not all(math.isfinite(b) for b in m.buckets) or any(
+            b >= c for b, c in zip(m.buckets, m.buckets[1:], strict=False)
+        ):
+            report(
+                "metric.buckets_not_increasing",
+                f"metrics.{name}: bucket boundaries must be finite and strictly increasing "
+                f"(got {m.buckets})",
+                (*where, "buckets"),
+            )
     if name.rsplit(".", 1)[-1] in {"seconds", "ms", "bytes", "total"}:
         report(
             "metric.unit_in_name",
@@ -275,6 +292,7 @@ def _metric(
         frozenset(fed),
         m.spans,
         tuple(m.attributes),
+        tuple(m.buckets) if m.buckets is not None else None,
     )
 
 

@@ -147,6 +147,13 @@ class MetricDecl(_Strict):
         default=None, description="Span name(s) (or template) whose duration the metric records."
     )
     attributes: list[str] = Field(default_factory=list, description="Declared attribute keys.")
+    buckets: list[float] | None = Field(
+        default=None,
+        min_length=1,
+        description="A histogram's bucket boundaries, increasing, in its unit (a convention's "
+        "advice, e.g. OpenTelemetry's for gen_ai.client.operation.duration); default: for unit "
+        "s, 5 ms to ~1.4 h, else the SDK's.",
+    )
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 

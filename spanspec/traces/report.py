@@ -9,7 +9,9 @@ images: inline CSS, SVG and a small script) and works opened from disk. It shows
 - every step as a bar split by bucket; clicking one, or the step picker, shows that step;
 - the picked step's waterfall with one lane per process (the main one, each worker), a span's
   attributes on click;
-- the slowest steps.
+- the slowest steps;
+- the run's metric curves per step (reward, loss, ...: :mod:`spanspec.traces.curves`), from the
+  metrics file next to the traces, each titled with its logged key and linked to the step picker.
 
 All numbers are computed here, in Python, and embedded as JSON; the script only draws them. What a
 step, a run and a lane are, and what the header shows, are the registry's ``conventions``.
@@ -29,6 +31,7 @@ from typing import Any
 
 from spanspec.spec import Spec
 from spanspec.traces.breakdown import Breakdown, BreakdownFold
+from spanspec.traces.curves import find_metrics_file, metric_curves, read_rows, step_offset
 from spanspec.traces.otlp_json import TRACE_FILE, SpanRecord, TraceStream, trace_files
 from spanspec.traces.steps import StepCollector, StepTimes
 from spanspec.traces.timeline import lane_of, pack_tracks
@@ -282,6 +285,7 @@ def write_report(
     spec: Spec | Callable[[Sequence[SpanRecord]], Spec] | None = None,
     run_id: str | None = None,
     baseline: str | os.PathLike[str] | None = None,
+    metrics_file: str | os.PathLike[str] | None = None,
 ) -> dict[str, Any]:
     """Read the traces PATH names, write the HTML report to ``out``; return the report's data.
 
@@ -289,6 +293,9 @@ def write_report(
     for the registry the run recorded), by default the discovered registry. With ``baseline``
     (another run), the page adds the comparison of ``spanspec diff`` (this run the candidate),
     both runs' step times on one chart, and the baseline's run id (``data["baseline"]``).
+    ``metrics_file`` holds the run's logged scalars per step (default: the ``metrics.jsonl`` of
+    step rows next to the traces, if any): the page draws their curves (``curves``,
+    ``metrics_file`` in the data).
 
     Returns:
         The data the page shows (see :func:`report_data`), plus ``files``.
@@ -310,6 +317,12 @@ def write_report(
     if not data["span_count"] and not data["runs"]:
         raise ReportError(f"{files[0]}: the file holds no spans")
     data["files"] = [str(f) for f in files]
+    rows_file = Path(metrics_file) if metrics_file else find_metrics_file(files)
+    if rows_file is not None and not rows_file.is_file():
+        raise ReportError(f"{rows_file}: no such metrics file")
+    data["metrics_file"] = str(rows_file) if rows_file else None
+    data["curves"] = metric_curves(read_rows(rows_file), spec) if rows_file else []
+    data["curve_step_offset"] = step_offset(data["curves"], (s["iteration"] for s in data["steps"]))
     if baseline is not None:
         data["baseline"] = _baseline(baseline, path, spec, data["run_id"])
     Path(out).parent.mkdir(parents=True, exist_ok=True)

@@ -101,7 +101,7 @@ def test_worker_spans_share_the_step_trace_and_hang_under_the_asking_span(run):
             assert w["attrs"]["rl.batch_size"] == 64
         elif w["name"] == "rl.worker.generate":
             assert parent["name"] in ("rl.grpo.generation", "rl.grpo.evaluate")
-            assert w["attrs"]["gen_ai.system"] == "torch"
+            assert w["attrs"]["gen_ai.provider.name"] == "torch"
         else:
             assert parent["name"] == WORKER_PARENT[w["name"]]
     for trace_id in steps:

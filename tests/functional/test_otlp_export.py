@@ -63,7 +63,10 @@ def test_spans_metrics_and_logs_arrive(clean_env, receiver, spec, protocol):
         with spanspec.span("rl.grpo.generation", **{"rl.iteration": 7, "rl.batch_size": 16}):
             carrier = propagate.inject()
         with propagate.attached(carrier):  # as a worker would, from the carrier
-            with spanspec.span("rl.worker.generate", **{"gen_ai.system": "torch"}):
+            with spanspec.span(
+                "rl.worker.generate",
+                **{"gen_ai.provider.name": "torch", "gen_ai.operation.name": "text_completion"},
+            ):
                 pass
         logging.getLogger("test.otlp").warning("step seven")
     metrics.record_metrics({"loss": 0.125, "num_tokens": 64}, prefix="train")

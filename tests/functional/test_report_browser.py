@@ -6,6 +6,7 @@ numbers, a link can pick a step and a span, and a screenshot is written for peop
 from __future__ import annotations
 
 import html.parser
+import json
 import os
 import re
 import shutil
@@ -48,7 +49,11 @@ def _emit(tracer) -> None:
                 with spanspec.span("rl.grpo.generation", **it, **{"rl.batch_size": 8}):
                     with spanspec.span(
                         "rl.worker.generate",
-                        **{"gen_ai.system": "torch", "gen_ai.usage.output_tokens": 100 + i},
+                        **{
+                            "gen_ai.provider.name": "torch",
+                            "gen_ai.operation.name": "text_completion",
+                            "gen_ai.usage.output_tokens": 100 + i,
+                        },
                     ):
                         time.sleep(0.004 * (i + 1))
                 with spanspec.span("rl.grpo.reward", **it):
@@ -70,6 +75,14 @@ def report(tmp_path_factory):
         resource={"rl.run_id": "run-b", "rl.model": "m"},
     )
     split_worker_spans(traces, {"rl.worker.group": "policy", "rl.worker.rank": 0})
+    # The run's logged scalars, as the logger writes them: the registry's from: keys get curves.
+    rows = [
+        {"step": i, "train/reward_mean": 0.1 * i, "train/loss": 2.0 - 0.5 * i, "x/unknown": 1}
+        | ({"validation/accuracy": 0.25 * i} if i % 2 == 0 else {})
+        | {"train/tokens_per_sec": 1000.0 + i}
+        for i in range(STEPS)
+    ]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = run / "report.html"
     data = write_report(run, out)
     return out, data
@@ -232,3 +245,44 @@ def test_a_report_against_a_baseline_shows_the_comparison_and_both_curves(report
     )
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert "--baseline:" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+CURVES = ("train/reward_mean", "train/loss", "train/tokens_per_sec", "validation/accuracy")
+
+
+def test_the_metric_curves_are_drawn_per_step_and_follow_the_step_picker(report, tmp_path):
+    out, data = report
+    assert sorted(c["key"] for c in data["curves"]) == sorted(CURVES)  # not x/unknown
+    accuracy = next(c for c in data["curves"] if c["key"] == "validation/accuracy")
+    assert accuracy["points"] == [[0, 0.0], [2, 0.5]]
+    done = chromium("--dump-dom", out.as_uri() + "#step=2", profile=tmp_path / "profile")
+    assert _console(done.stderr) == []
+    dom = _Dom()
+    dom.feed(done.stdout)
+    assert dom.body.get("data-ready") == "true" and dom.text_by_id["errors"].strip() == ""
+    assert sorted(dom.data["data-curve"]) == sorted(CURVES)
+    for key in CURVES:  # each curve titled with the logger's key
+        assert re.search(f"<h3[^>]*>{re.escape(key)}</h3>", done.stdout), key
+    # One point per logged step (4 + 4 + 4 + 2), and the picked step's points marked.
+    assert len(re.findall(r'<circle[^>]*class="point', done.stdout)) == 3 * STEPS + 2
+    picked = re.findall(r'<circle[^>]*class="point picked"[^>]*data-step="(\d+)"', done.stdout)
+    assert picked == ["2"] * len(CURVES)
+
+
+def test_steps_logged_as_steps_done_link_to_the_span_one_below(report, tmp_path):
+    """A program that logs the steps done (1-based) while its step spans count from 0: logged
+    step n is step span n - 1, for the picker and the marks alike."""
+    out, _ = report
+    done_rows = tmp_path / "done.jsonl"
+    done_rows.write_text(
+        "".join(
+            json.dumps({"step": i + 1, "train/loss": 1.0 / (i + 1)}) + "\n" for i in range(STEPS)
+        )
+    )
+    page = tmp_path / "done.html"
+    data = write_report(out.parent, page, metrics_file=done_rows)
+    assert data["curve_step_offset"] == 1
+    done = chromium("--dump-dom", page.as_uri() + "#step=2", profile=tmp_path / "profile")
+    assert _console(done.stderr) == []
+    picked = re.findall(r'<circle[^>]*class="point picked"[^>]*data-step="(\d+)"', done.stdout)
+    assert picked == ["3"]

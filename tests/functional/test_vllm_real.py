@@ -43,7 +43,7 @@ STEPS = 3
 # float32 engine vs float32 torch on the same weights: only summation order differs.
 LOGPROB_TOLERANCE = 1e-4
 GENAI = {
-    "gen_ai.system": "vllm",
+    "gen_ai.provider.name": "vllm",
     "gen_ai.operation.name": "text_completion",
     "gen_ai.request.model": "tiny-llama",
 }
@@ -265,7 +265,9 @@ def test_grpo_with_vllm_traces_the_engine_under_each_steps_generation(grpo):
 def test_grpo_with_vllm_records_both_genai_metrics(grpo):
     _, _, points, _ = grpo
     usage = [
-        p for p in points["gen_ai.client.token.usage"] if p["attrs"]["gen_ai.system"] == "vllm"
+        p
+        for p in points["gen_ai.client.token.usage"]
+        if p["attrs"]["gen_ai.provider.name"] == "vllm"
     ]
     assert {p["attrs"]["gen_ai.token.type"] for p in usage} == {"input", "output"}
     assert all(p["attrs"].items() >= GENAI.items() for p in usage)

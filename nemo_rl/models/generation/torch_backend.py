@@ -21,6 +21,7 @@ from nemo_rl.models.generation.interface import (
 )
 from nemo_rl.models.pretrained import model_label
 from nemo_rl.telemetry import record_token_usage
+from nemo_rl.telemetry.genai import provider_attributes
 from spanspec.export import TelemetryCost
 
 __all__ = ["TorchGeneration"]
@@ -71,7 +72,7 @@ class TorchGeneration(GenerationInterface):
         with spanspec.span(
             "rl.worker.generate",
             **{
-                "gen_ai.system": "torch",
+                **provider_attributes("torch"),
                 "gen_ai.operation.name": "text_completion",
                 "gen_ai.request.model": self.model_name,
                 "gen_ai.request.max_tokens": n_new,
@@ -83,7 +84,9 @@ class TorchGeneration(GenerationInterface):
             out = self._sample(input_ids, attention_mask, greedy, seed, temperature)
             n_out = int(out["response_mask"].sum())
             spanspec.annotate(span, **{"gen_ai.usage.output_tokens": n_out})
-        record_token_usage(int(attention_mask.sum()), n_out, system="torch", model=self.model_name)
+        record_token_usage(
+            int(attention_mask.sum()), n_out, provider="torch", model=self.model_name
+        )
         return out
 
     def _sample(

@@ -41,6 +41,7 @@ from nemo_rl.models.generation.interface import (
 from nemo_rl.models.pretrained import model_label
 from nemo_rl.telemetry import get_telemetry, record_token_usage
 from nemo_rl.telemetry.config import VLLM_NATIVE_TRACING
+from nemo_rl.telemetry.genai import provider_attributes
 from spanspec import export, propagate
 from spanspec.export import TelemetryCost
 from spanspec.settings import SettingsError
@@ -283,7 +284,7 @@ class VllmGeneration(GenerationInterface):
 
     def _request_attrs(self) -> dict[str, Any]:
         return {
-            "gen_ai.system": "vllm",
+            **provider_attributes("vllm"),
             "gen_ai.operation.name": "text_completion",
             "gen_ai.request.model": self.model_name,
         }
@@ -320,7 +321,7 @@ class VllmGeneration(GenerationInterface):
             )
             n_out = int(result["response_mask"].sum())
             spanspec.annotate(span, **{"gen_ai.usage.output_tokens": n_out})
-        record_token_usage(n_in, n_out, system="vllm", model=self.model_name)
+        record_token_usage(n_in, n_out, provider="vllm", model=self.model_name)
         return result
 
     @carries_trace

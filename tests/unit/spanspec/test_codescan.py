@@ -154,7 +154,7 @@ def test_attribute_keys_and_literal_values(spec):
         span("rl.grpo.step", **{"rl.iteraton": 1})
         span("rl.grpo.step", **{"rl.iteration": "one"})
         span("rl.grpo.job", **{"rl.algorithm": "reinforce"})
-        span("rl.worker.generate", **{"gen_ai.system": "torch"}, rank=0)
+        span("rl.worker.generate", **{"gen_ai.provider.name": "torch", "gen_ai.operation.name": "text_completion"}, rank=0)
     """
     findings = check(spec, code)
     by_line = {f.line: f for f in findings if f.level == "violation"}

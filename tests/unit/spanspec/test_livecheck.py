@@ -160,12 +160,21 @@ def test_undeclared_names_missing_attributes_wrong_types_and_values(spec, tmp_pa
         ):
             pass
         with tracer.start_as_current_span(
-            "rl.worker.generate", attributes={"gen_ai.system": "torch", "gen_ai.sytem": "x"}
+            "rl.worker.generate",
+            attributes={
+                "gen_ai.provider.name": "torch",
+                "gen_ai.operation.name": "text_completion",
+                "gen_ai.provder.name": "x",
+            },
         ):
             pass
         with tracer.start_as_current_span(
             "rl.vllm.generate_text",
-            attributes={"gen_ai.system": "vllm", "gen_ai.prompt": ["secret"]},
+            attributes={
+                "gen_ai.provider.name": "vllm",
+                "gen_ai.operation.name": "text_completion",
+                "gen_ai.prompt": ["secret"],
+            },
         ):
             pass
 
@@ -191,7 +200,7 @@ def test_undeclared_names_missing_attributes_wrong_types_and_values(spec, tmp_pa
         "'rl.algorithm' = 'reinforce' is not one of the declared values: async_grpo"
         in messages["live.attribute_value"]
     )
-    assert "(did you mean 'gen_ai.system'?)" in messages["live.undeclared_attribute"]
+    assert "(did you mean 'gen_ai.provider.name'?)" in messages["live.undeclared_attribute"]
     first = by_id(report.findings, "live.undeclared_span")[0]
     assert first.file == str(path) and first.line >= 1
 

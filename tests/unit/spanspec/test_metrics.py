@@ -114,7 +114,7 @@ def test_record_from_code_with_declared_attributes(reader, caplog):
 def test_span_durations_feed_the_histograms_that_name_them(reader):
     metrics.span_ended("rl.grpo.step", 0, 2_500_000_000)
     metrics.span_ended("rl.ppo.step", 0, 500_000_000)
-    metrics.span_ended("rl.worker.generate", 0, 100_000_000, {"gen_ai.system": "torch"})
+    metrics.span_ended("rl.worker.generate", 0, 100_000_000, {"gen_ai.provider.name": "torch"})
     metrics.span_ended("rl.grpo.advantage", 0, 1)  # no histogram names it
     got = points(reader)
     (step,) = got["rl.step.duration"]

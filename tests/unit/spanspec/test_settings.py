@@ -254,7 +254,7 @@ def test_format_table_lists_value_and_source():
 
 
 def test_each_setting_is_declared_once_in_fields():
-    bookkeeping = {"extra", "sources", "fields", "env_prefix", "mapping_name"}
+    bookkeeping = {"extra", "sources", "fields", "env_prefix", "mapping_name", "auto_otlp_signals"}
     names = [f.name for f in dataclasses.fields(Settings) if f.name not in bookkeeping]
     assert names == [f.name for f in FIELDS]
     defaults = {name: getattr(Settings(), name) for name in names}

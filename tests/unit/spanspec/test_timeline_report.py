@@ -116,7 +116,10 @@ def test_report_data_holds_steps_lanes_and_the_breakdown(run):
     # Every span of the step, the worker's in its own lane; nested spans on rows below.
     assert len(step["spans"]) == 8
     generate = next(s for s in step["spans"] if s["name"] == "rl.worker.generate")
-    assert generate["lane"] == 1 and generate["attributes"] == {"gen_ai.system": "torch"}
+    assert generate["lane"] == 1 and generate["attributes"] == {
+        "gen_ai.provider.name": "torch",
+        "gen_ai.operation.name": "text_completion",
+    }
     rows = {s["name"]: s["row"] for s in step["spans"] if s["lane"] == 0}
     assert rows["rl.grpo.step"] == 0 and rows["rl.grpo.rollout"] == 1
     assert rows["rl.grpo.generation"] == 2

@@ -60,7 +60,10 @@ class AsyncWorker:
 
     @carries_trace
     async def work(self, n: int) -> int:
-        with spanspec.span("rl.worker.generate", **{"gen_ai.system": "torch"}):
+        with spanspec.span(
+            "rl.worker.generate",
+            **{"gen_ai.provider.name": "torch", "gen_ai.operation.name": "text_completion"},
+        ):
             await asyncio.sleep(0.01)  # yield to the loop inside the span
             return n + 1
 

@@ -248,7 +248,7 @@ def test_record_metrics_and_token_usage_reach_the_files():
     telemetry.init_telemetry_driver(config(run_id="m"), who("grpo"))
     folder = Path(os.environ["NEMO_RL_OTEL_FILE_DIR"])
     assert telemetry.record_metrics({"loss": 0.5, "lr": 1e-4, "note": "text"}, prefix="train") == 2
-    telemetry.record_token_usage(10, 20, system="torch")
+    telemetry.record_token_usage(10, 20, provider="torch")
     telemetry.shutdown_telemetry()
     names = {
         m["name"]
