@@ -58,8 +58,10 @@ def _endpoint_problem(var: str, value: str) -> str | None:
     del port
     if ok:
         return None
+    from spanspec._redact import redact_url
+
     return (
-        f"{var}={value!r}: expected a URL such as http://localhost:4317 (gRPC) or "
+        f"{var}={redact_url(value)!r}: expected a URL such as http://localhost:4317 (gRPC) or "
         "http://localhost:4318 (http/protobuf)"
     )
 

@@ -120,8 +120,19 @@ def _describe(err: Any, model: type[BaseModel]) -> str:
     if not loc and err["type"] == "value_error":  # a check across sections names its own keys
         return message
     if err["type"] != "value_error" and "input" in err and not isinstance(err["input"], dict):
-        message += f" (got {as_yaml(err['input'])})"
+        message += f" (got {_shown(loc, err['input'])})"
     return f"{key}: {message}"
+
+
+def _shown(loc: list[str], value: Any) -> str:
+    """The value a message quotes: ``[REDACTED]`` for a sensitive setting (asked of the
+    telemetry settings' declarations), URL credentials masked otherwise."""
+    from spanspec._redact import scrub
+    from spanspec.settings import FIELDS, REDACTED
+
+    if loc and loc[0] == "telemetry" and any(f.sensitive and f.name in loc[1:] for f in FIELDS):
+        return REDACTED
+    return scrub(as_yaml(value))
 
 
 def _fields_at(model: type[BaseModel], path: list[str]) -> list[str]:

@@ -305,6 +305,25 @@ class RefusalWatch(logging.Filter):
 REFUSALS = RefusalWatch()
 
 
+class _Scrub(logging.Filter):
+    """Redacts URL credentials (userinfo, query string) in the SDK's export log lines: its
+    messages name the endpoint, which may carry ``user:password@`` or ``?token=``."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from spanspec._redact import scrub, scrub_value
+
+        if isinstance(record.msg, str):
+            record.msg = scrub(record.msg)
+        if isinstance(record.args, tuple):
+            record.args = tuple(scrub_value(a) for a in record.args)
+        elif isinstance(record.args, dict):
+            record.args = {k: scrub_value(v) for k, v in record.args.items()}
+        return True
+
+
+SCRUB = _Scrub()
+
+
 class _NotTelemetry(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         return not record.name.startswith(_NOT_EXPORTED_LOGGERS)

@@ -59,6 +59,8 @@ def protocol_hint(signal_name: str, protocol: str, env: Mapping[str, str] | None
     """
     from urllib.parse import urlsplit
 
+    from spanspec._redact import redact_url
+
     endpoint = otlp_endpoint(signal_name, protocol, env)
     try:
         parts = urlsplit(endpoint if "//" in endpoint else f"//{endpoint}")
@@ -68,11 +70,13 @@ def protocol_hint(signal_name: str, protocol: str, env: Mapping[str, str] | None
     var = "OTEL_EXPORTER_OTLP_PROTOCOL"
     if protocol == "grpc" and (port in _HTTP_PORTS or "/v1/" in parts.path):
         why = _HTTP_PORTS.get(port, "an OTLP/HTTP path")
+        endpoint = redact_url(endpoint)
         return (
             f"{signal_name} go over gRPC to {endpoint}, which is {why}; "
             f"set {var}=http/protobuf (or use port 4317 for gRPC)"
         )
     if protocol == "http/protobuf" and port in _GRPC_PORTS:
+        endpoint = redact_url(endpoint)
         return (
             f"{signal_name} go over HTTP to {endpoint}, which is {_GRPC_PORTS[port]}; "
             f"set {var}=grpc (or use port 4318 for HTTP)"
