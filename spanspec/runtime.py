@@ -23,6 +23,7 @@ from opentelemetry.trace import INVALID_SPAN, Span, Status, StatusCode
 
 from spanspec import watchdog
 from spanspec._coerce import BAD, FAST_TYPES, coerce, describe
+from spanspec._text import repair, shorten
 from spanspec.findings import Finding, SpecError
 from spanspec.spec import REDACTED, AttributeDef, SpanEntry, Spec
 
@@ -123,7 +124,7 @@ class _Gate:
                 _problem(
                     self,
                     "span.undeclared_attribute",
-                    f"span '{self.name}': attribute '{key}' is not declared for it in the registry",
+                    f"span '{shorten(self.name)}': attribute '{shorten(str(key))}' is not declared for it in the registry",
                     key,
                 )
                 continue
@@ -135,11 +136,11 @@ class _Gate:
             if value is BAD:
                 given = attributes[key]
                 # A sensitive value never reaches a message (which logs may export).
-                shown = "(value not shown: sensitive)" if decl.sensitive else repr(given)
+                shown = "(value not shown: sensitive)" if decl.sensitive else shorten(repr(given))
                 _problem(
                     self,
                     "span.attribute_type",
-                    f"span '{self.name}': attribute '{key}' must be {describe(decl)}, got "
+                    f"span '{shorten(self.name)}': attribute '{key}' must be {describe(decl)}, got "
                     f"{type(given).__name__} {shown}",
                     key,
                 )
@@ -351,7 +352,13 @@ def annotate(span: Span, /, **attributes: Any) -> None:
 
 
 def _undeclared(name: str) -> _Gate:
-    message = f"span '{name}' is not declared in the registry"
+    # A name that is not UTF-8 text (span(123), a path decoded with os.fsdecode) is emitted as
+    # repaired text by the exporters (see spanspec._text.repair); a long one is shown by its
+    # head only.
+    text, repaired = repair(name)
+    message = f"span {shorten(text)!r} is not declared in the registry" + (
+        f" (and not text: emitted as {shorten(text)!r})" if repaired else ""
+    )
     if _strict:
         raise SpecError([Finding("span.undeclared", message, file="<runtime>")])
     with _lock:

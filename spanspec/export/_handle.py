@@ -208,12 +208,31 @@ class TelemetryHandle:
                 p.failed,
                 p.unresolved,
             )
+        for p in final.pipelines:
+            if p.signal == "traces" and p.repaired:
+                _log.warning(
+                    "telemetry: traces to %s %s: %d spans had a name or text that is not valid "
+                    "UTF-8 text; exported with each bad character replaced by U+FFFD",
+                    p.exporter,
+                    p.destination,
+                    p.repaired,
+                )
+            if p.signal == "traces" and p.attributes_dropped:
+                _log.warning(
+                    "telemetry: traces to %s %s: %d attributes dropped by OpenTelemetry limits "
+                    "(OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT, OTEL_ATTRIBUTE_COUNT_LIMIT, "
+                    "OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT); each span says how many in "
+                    "droppedAttributesCount",
+                    p.exporter,
+                    p.destination,
+                    p.attributes_dropped,
+                )
         if final.shutdown_timed_out:
             _log.warning(
                 "telemetry: shutdown gave up after %.1f s; the collector did not answer in time",
                 final.shutdown_s,
             )
-        if not lossy:
+        if not lossy and not any(p.attributes_dropped for p in final.pipelines):
             _log.info("telemetry: shut down in %.2f s, nothing lost", final.shutdown_s)
 
     def _detach(self) -> None:

@@ -179,7 +179,20 @@ def live_check(
                 f"span '{span.name}' was emitted although its group '{entry.group}' was off",
             )
 
-        for key in sorted(entry.required - set(span.attributes)):
+        missing = sorted(entry.required - set(span.attributes))
+        if missing and span.dropped_attributes:
+            # Not the code's fault: the SDK's limits dropped them (the span says how many).
+            problems.add(
+                span,
+                "live.attributes_dropped_by_limit",
+                span.name,
+                f"span '{span.name}': required attribute(s) {', '.join(missing)} missing and "
+                f"droppedAttributesCount={span.dropped_attributes}: dropped by an OpenTelemetry "
+                "attribute limit (OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT or OTEL_ATTRIBUTE_COUNT_LIMIT); "
+                "raise or unset the limit",
+            )
+            missing = []
+        for key in missing:
             problems.add(
                 span,
                 "live.missing_attribute",

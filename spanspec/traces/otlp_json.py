@@ -74,6 +74,7 @@ class SpanRecord:
     status_message: str = ""
     file: str = "<unknown>"
     line: int = 0
+    dropped_attributes: int = 0  # droppedAttributesCount: lost to the SDK's attribute limits
 
     @property
     def duration_ns(self) -> int:
@@ -236,7 +237,15 @@ def _span(
         status_message=str(status.get("message", "")),
         file=file,
         line=line,
+        dropped_attributes=_dropped(raw),
     )
+
+
+def _dropped(raw: Mapping[str, Any]) -> int:
+    try:
+        return max(0, int(_get(raw, "droppedAttributesCount", "dropped_attributes_count", 0) or 0))
+    except (TypeError, ValueError):
+        return 0
 
 
 def trace_files(path: str | os.PathLike[str]) -> tuple[list[Path], list[Finding]]:
