@@ -121,9 +121,10 @@ def _write_chrome(args: argparse.Namespace, summaries: list[Any], conventions: C
             return 1
     spans = [s for t in chosen for s in t.spans]
     trace = to_chrome_trace(spans, conventions)
-    try:
-        with open(args.out, "w", encoding="utf-8") as out:
-            json.dump(trace, out, separators=(",", ":"))
+    from spanspec.files import write_atomically
+
+    try:  # a failed write (disk full) keeps the previous file, never a fragment
+        write_atomically(args.out, json.dumps(trace, separators=(",", ":")))
     except OSError as exc:
         raise UsageError(f"{args.out}: cannot write: {exc.strerror or exc}") from None
     processes = sum(e["name"] == "process_name" for e in trace["traceEvents"])

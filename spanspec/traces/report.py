@@ -26,6 +26,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from spanspec.files import write_atomically
 from spanspec.spec import Spec
 from spanspec.traces.breakdown import Breakdown, compute_breakdown
 from spanspec.traces.otlp_json import TRACE_FILE, SpanRecord, read_traces, trace_files
@@ -252,7 +253,7 @@ def write_report(
     data = report_data(read.spans, spec or _load(), run_id=run_id)
     data["files"] = [str(f) for f in files]
     Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out).write_text(render_report(data), encoding="utf-8")
+    write_atomically(out, render_report(data))  # a full disk keeps the previous report
     return data
 
 
