@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import sys
 import threading
 from typing import Any
 
@@ -108,7 +109,8 @@ def init_ray(num_cpus: int = 4, address: str | None = None) -> dict[str, Any]:
     flushes telemetry and stops the workers) is put back.
     """
     main = threading.current_thread() is threading.main_thread()
-    previous = signal.getsignal(signal.SIGTERM) if main else None
+    stops = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+    found = {sig: signal.getsignal(sig) for sig in stops} if main else {}
     if not ray.is_initialized():
         address = address or os.environ.get("RAY_ADDRESS")
         env_vars = telemetry_env_vars()
@@ -116,6 +118,16 @@ def init_ray(num_cpus: int = 4, address: str | None = None) -> dict[str, Any]:
         if address:
             ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
         else:
+            from nemo_rl.distributed.ray_reaper import clean_orphans, start_reaper
+
+            if ended := clean_orphans():
+                print(
+                    f"ray: ended {len(ended)} Ray processes an earlier run left behind (its "
+                    f"driver was killed): pids {', '.join(map(str, ended[:8]))}"
+                    + (" ..." if len(ended) > 8 else ""),
+                    file=sys.stderr,
+                    flush=True,
+                )
             ray.init(
                 # "local" starts a new cluster even when `ray start` left one on this machine,
                 # which a plain ray.init() would join (and then refuse num_cpus).
@@ -127,8 +139,11 @@ def init_ray(num_cpus: int = 4, address: str | None = None) -> dict[str, Any]:
                 log_to_driver=True,
                 configure_logging=False,
             )
-    if callable(previous) and signal.getsignal(signal.SIGTERM) is not previous:
-        signal.signal(signal.SIGTERM, previous)
+            # If this driver is killed (SIGKILL), nothing of it runs to stop Ray's helpers.
+            start_reaper(ray._private.worker._global_node.get_session_dir_path())
+    for sig, previous in found.items():  # SIGHUP and SIGINT too: the entry point handles them
+        if callable(previous) and signal.getsignal(sig) is not previous:
+            signal.signal(sig, previous)
     return ray.cluster_resources()
 
 
