@@ -13,6 +13,9 @@ A leaf module: it imports nothing of spanspec.
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import math
 import re
 from typing import Any
 
@@ -63,3 +66,47 @@ def shorten(text: str, limit: int = 200) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}... ({len(text)} characters)"
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with each non-finite float written as protobuf-JSON does ("NaN", "Infinity")."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {str(k): _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def script_json(value: Any) -> str:
+    """``value`` as JSON that can sit inside an HTML ``<script>`` element whatever its strings
+    hold: every non-ASCII character (U+2028 and U+2029 included, lone surrogates too) and every
+    ``<``, ``>`` and ``&`` written as a ``\\uXXXX`` escape, so no string can end the element,
+    open a comment or break the JavaScript; NaN and infinities as strings."""
+    text = json.dumps(_finite(value), separators=(",", ":"), ensure_ascii=True, default=str)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def terminal_safe_span(span: Any) -> Any:
+    """A trace's span record (a dataclass with ``name``, ``attributes``, ``resource``) with its
+    text made :func:`safe_text`, for a reader that prints it; the same object when clean."""
+
+    def clean(value: Any) -> Any:
+        if isinstance(value, str):
+            return safe_text(value)
+        if isinstance(value, list):
+            return [clean(v) for v in value]
+        if isinstance(value, dict):
+            return {safe_text(str(k)): clean(v) for k, v in value.items()}
+        return value
+
+    fixed = {
+        "name": safe_text(span.name),
+        "attributes": clean(dict(span.attributes)),
+        "resource": clean(dict(span.resource)),
+    }
+    if fixed["name"] == span.name and fixed["attributes"] == dict(span.attributes):
+        if fixed["resource"] == dict(span.resource):
+            return span
+    return dataclasses.replace(span, **fixed)

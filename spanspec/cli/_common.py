@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from spanspec._text import safe_text
 from spanspec.checks.check import display, read_registry, same_file
 from spanspec.files import write_atomically
 from spanspec.findings import Finding
@@ -188,8 +189,8 @@ def emit(
         }
         out.write(json.dumps(body, indent=2, default=str) + "\n")
     else:
-        for f in shown:
-            out.write(f"{f}\n")
+        for f in shown:  # a finding quotes the input: no control character reaches the terminal
+            out.write(f"{safe_text(str(f))}\n")
         if text_extra:
             out.write(text_extra.rstrip("\n") + "\n")
         hidden = len(findings) - len(shown)

@@ -46,15 +46,29 @@ def add(commands: Any) -> None:
     view.set_defaults(run=run)
 
 
+def _drawable(span: Any) -> bool:
+    start, end = span.start_time_unix_nano, span.end_time_unix_nano
+    return 0 < start <= end < 2**64
+
+
 def run(args: argparse.Namespace) -> int:
+    from spanspec._text import safe_text, terminal_safe_span
     from spanspec.traces.otlp_json import read_traces
     from spanspec.traces.view import render_waterfall, select_trace, traces
 
     read = read_traces(args.file)
     for f in read.findings:
         if f.level != "information" or f.id == "otlp.truncated_line":
-            print(f, file=sys.stderr)
-    spans = read.spans
+            print(safe_text(str(f)), file=sys.stderr)
+    # Text from the trace reaches the terminal with control characters escaped.
+    spans = [terminal_safe_span(s) for s in read.spans if _drawable(s)]
+    if len(spans) < len(read.spans):
+        print(
+            f"spanspec view: {len(read.spans) - len(spans)} spans with impossible times (zero, "
+            "negative, past 2^64, or an end before the start) not drawn; spanspec live-check "
+            "names them",
+            file=sys.stderr,
+        )
     # Drawing needs no registry; steps, runs and lanes are its conventions (neutral without one).
     needed = args.registry is not None or args.step is not None or args.run_id is not None
     spec = reader_spec(args, (s.resource for s in spans), required=needed)

@@ -26,6 +26,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from spanspec._text import script_json
 from spanspec.files import write_atomically
 from spanspec.spec import Spec
 from spanspec.traces.breakdown import Breakdown, compute_breakdown
@@ -216,8 +217,8 @@ def render_report(data: dict[str, Any]) -> str:
     template = (
         resources.files("spanspec.traces").joinpath("report_template.html").read_text("utf-8")
     )
-    # Inside <script>, "</" could end the element early; "<\/" means the same in JSON.
-    payload = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+    # Inside <script> no string may end the element or open a comment: see script_json.
+    payload = script_json(data)
     return template.replace("{{TITLE}}", html.escape(str(data["title"]))).replace(
         "{{DATA}}", payload
     )
