@@ -203,7 +203,8 @@ class _LiveSpan:
             if self._outer is None:
                 self._outer = []
             self._outer.append((self._span, self._token))
-        self._span, self._token = span, _attach(_in_context(span))
+        # The thread is kept with the token: only the thread that entered can restore its context.
+        self._span, self._token = span, (_attach(_in_context(span)), threading.get_ident())
         return span
 
     def __exit__(
@@ -216,8 +217,29 @@ class _LiveSpan:
             if exc is not None and not isinstance(exc, GeneratorExit):  # a generator closed
                 _fail(span, exc)
             span.end()
-        _detach(token)
+        context_token, thread = cast(tuple, token)
+        if thread == threading.get_ident():
+            _detach(context_token)
+        else:
+            _exited_elsewhere(span)
         return False
+
+
+def _exited_elsewhere(span: Span) -> None:
+    """A ``with span(...)`` block exited in another thread than it was entered in (a span
+    handed over): the span is ended; the entering thread's context cannot be restored from
+    here, so it is left, with one warning per span name, instead of the SDK's traceback."""
+    name = getattr(span, "name", "?")
+    with _warn_lock:
+        if (str(name), "<thread>") in _warned:
+            return
+        _warned.add((str(name), "<thread>"))
+    _log.warning(
+        "span %r was ended in another thread than the one that entered it; it is ended, but "
+        "that thread's current span is not restored: enter and exit a span in one thread (use "
+        "links or the span context to hand work over)",
+        shorten(str(name)),
+    )
 
 
 class _WatchedSpan(_LiveSpan):

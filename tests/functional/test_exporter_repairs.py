@@ -168,3 +168,39 @@ def test_a_limit_that_is_not_a_number_is_one_line():
     )
     assert r.returncode == 2 and "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT" in r.stderr
     assert "a whole number >= 0" in r.stderr and "Traceback" not in r.stderr
+
+
+THREADED = textwrap.dedent(
+    """
+    import logging, sys, threading
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    import spanspec
+    from spanspec import export
+    from spanspec.settings import load_settings
+    settings = load_settings({"file_dir": sys.argv[1], "metrics_enabled": False}, env={})
+    handle = export.setup(settings, register_atexit=False)
+    spanspec.activate(spanspec.load(), "all", tracer_provider=handle.tracer_provider, env_var=None)
+    for i in range(3):
+        block = spanspec.span("rl.grpo.step", **{"rl.iteration": i})
+        block.__enter__()
+        t = threading.Thread(target=block.__exit__, args=(None, None, None))
+        t.start()
+        t.join()
+    print(handle.shutdown(10).summary())
+    """
+)
+
+
+def test_a_span_ended_in_another_thread_is_one_warning_not_a_traceback(tmp_path):
+    r = subprocess.run(
+        [sys.executable, "-c", THREADED, str(tmp_path)],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr and "Failed to detach" not in r.stderr, r.stderr
+    assert r.stderr.count("ended in another thread") == 1, r.stderr
+    assert "3 spans exported" in r.stdout, r.stdout
