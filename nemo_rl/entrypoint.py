@@ -14,7 +14,8 @@ died exits 1 naming the worker. A traceback means a bug.
 SIGTERM (to the driver, or to a worker) ends the run cleanly: the driver's telemetry is flushed
 within its shutdown bound with every open span, the job span included, ended as
 ``spanspec.truncated``; the workers are stopped and flushed, Ray is shut down (no process left)
-and the exit code is 143 (128 + SIGTERM).
+and the exit code is 143 (128 + SIGTERM). SIGHUP (the terminal or ssh session closed) and SIGINT
+(Ctrl-C) to the driver end it the same way, with one line and exit codes 129 and 130.
 """
 
 from __future__ import annotations
@@ -54,6 +55,12 @@ __all__ = ["EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_TERMINATED", "Loop", "run_loop
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
 EXIT_TERMINATED = 128 + signal.SIGTERM
+# The signals that end a run cleanly, and how its one line says so.
+_STOPS = {
+    signal.SIGTERM: "terminated by SIGTERM",
+    signal.SIGHUP: "terminated by SIGHUP (the terminal or session was closed)",
+    signal.SIGINT: "interrupted by SIGINT (Ctrl-C)",
+}
 
 
 @dataclass(frozen=True)
@@ -133,19 +140,19 @@ def _run_loop(loop: Loop, argv: Sequence[str] | None, doc: str | None) -> int:
     except ConfigError as e:  # found only once data or a checkpoint was read
         return _fail(str(e), EXIT_BAD_INPUT, shutdown=True)
     except _worker_errors() as e:
-        if terminate.received:  # the teardown after SIGTERM found a worker already gone
-            return _fail("terminated by SIGTERM", EXIT_TERMINATED, shutdown=True)
+        if terminate.received:  # the teardown after a stop signal found a worker already gone
+            return _fail(terminate.message, terminate.code, shutdown=True)
         message, code = _worker_failure(e)
         return _fail(message, code, shutdown=True)
     except WorkerDied as e:  # the loop found a worker dead or silent and said which
         return _fail(str(e), EXIT_TERMINATED if e.terminated else EXIT_FAILED, shutdown=True)
     except (KeyboardInterrupt, SystemExit):
-        # SIGTERM reaches a blocked ray.get as KeyboardInterrupt or SystemExit, whichever Ray
-        # makes of it; only the flag says it was ours.
+        # A stop signal reaches a blocked ray.get as KeyboardInterrupt or SystemExit, whichever
+        # Ray makes of it; only the flag says it was ours.
         if not terminate.received:
             _shutdown()
             raise
-        return _fail("terminated by SIGTERM", EXIT_TERMINATED, shutdown=True)
+        return _fail(terminate.message, terminate.code, shutdown=True)
     stats = _shutdown()
 
     for line in result.summary.lines():
@@ -167,33 +174,43 @@ def _run_loop(loop: Loop, argv: Sequence[str] | None, doc: str | None) -> int:
 
 
 class _Terminate:
-    """While entered, SIGTERM flushes the driver's telemetry (ending open spans as truncated)
-    and unwinds the run with KeyboardInterrupt, so its teardown still stops the workers.
+    """While entered, SIGTERM, SIGHUP and SIGINT flush the driver's telemetry (ending open spans
+    as truncated) and unwind the run with KeyboardInterrupt, so its teardown still stops the
+    workers; :attr:`code` is then 128 + the signal.
 
     ``ray.init`` installs its own SIGTERM handler; :func:`nemo_rl.distributed.init_ray` puts
-    back the one it found, which is this one. A second SIGTERM during the teardown is ignored.
+    back the ones it found, which are these. Another stop signal during the teardown is ignored.
     """
 
     def __init__(self) -> None:
-        self.received = False
-        self._previous: Any = None
+        self.received = 0  # the signal that stopped the run, or 0
+        self._previous: dict[int, Any] = {}
+
+    @property
+    def message(self) -> str:
+        return _STOPS.get(self.received, f"terminated by signal {self.received}")
+
+    @property
+    def code(self) -> int:
+        return 128 + self.received
 
     def __enter__(self) -> _Terminate:
         if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGTERM, self._handle)
+            for sig in _STOPS:
+                self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
-            self._previous = None
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
+        self._previous.clear()
 
     def _handle(self, signum: int, frame: Any) -> None:
         if self.received:
             return
-        self.received = True
+        self.received = signum
         shutdown_telemetry()  # bounded; open spans, the job span too, end as truncated
-        raise KeyboardInterrupt("SIGTERM")
+        raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 def _shown(config: str, overrides: Sequence[str]) -> str:

@@ -23,6 +23,7 @@ from opentelemetry.trace import INVALID_SPAN, Span, Status, StatusCode
 
 from spanspec import watchdog
 from spanspec._coerce import BAD, FAST_TYPES, coerce, describe
+from spanspec._text import repair, shorten
 from spanspec.findings import Finding, SpecError
 from spanspec.spec import REDACTED, AttributeDef, SpanEntry, Spec
 
@@ -55,6 +56,7 @@ FROM_CONVENTIONS: Any = _FromConventions()
 _log = logging.getLogger("spanspec")
 # Bound once: the enabled path calls them on every span.
 _attach, _detach, _in_context = otel_context.attach, otel_context.detach, trace.set_span_in_context
+_thread_id = threading.get_ident
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -122,7 +124,7 @@ class _Gate:
                 _problem(
                     self,
                     "span.undeclared_attribute",
-                    f"span '{self.name}': attribute '{key}' is not declared for it in the registry",
+                    f"span '{shorten(self.name)}': attribute '{shorten(str(key))}' is not declared for it in the registry",
                     key,
                 )
                 continue
@@ -134,11 +136,11 @@ class _Gate:
             if value is BAD:
                 given = attributes[key]
                 # A sensitive value never reaches a message (which logs may export).
-                shown = "(value not shown: sensitive)" if decl.sensitive else repr(given)
+                shown = "(value not shown: sensitive)" if decl.sensitive else shorten(repr(given))
                 _problem(
                     self,
                     "span.attribute_type",
-                    f"span '{self.name}': attribute '{key}' must be {describe(decl)}, got "
+                    f"span '{shorten(self.name)}': attribute '{key}' must be {describe(decl)}, got "
                     f"{type(given).__name__} {shown}",
                     key,
                 )
@@ -180,9 +182,9 @@ class _LiveSpan:
         self._gate = gate
         self._attributes = attributes
         self._links = links
-        # (span, context token, the enter before it): entered again before exit, each exit
-        # pops its own. One slot set here, not three: this runs for every enabled span.
-        self._open: tuple[Span, object, Any] | None = None
+        # (span, context token, entering thread, the enter before it): entered again before
+        # exit, each exit pops its own. One slot set here: this runs for every enabled span.
+        self._open: tuple[Span, object, int, Any] | None = None
 
     def start(self) -> Span:
         """Start the span without making it current (for generators)."""
@@ -200,20 +202,41 @@ class _LiveSpan:
             attributes=gate.clean(self._attributes) if self._attributes else None,
             links=_as_links(links) if links else None,
         )
-        self._open = (span, _attach(_in_context(span)), self._open)
+        # The thread is kept with the token: only the thread that entered can restore its context.
+        self._open = (span, _attach(_in_context(span)), _thread_id(), self._open)
         return span
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
     ) -> bool:
-        span, token, self._open = self._open  # type: ignore[misc]
+        span, token, thread, self._open = self._open  # type: ignore[misc]
         # Not recording: shutdown already ended it as truncated (SIGTERM); leave it as it is.
         if span.is_recording():
             if exc is not None and not isinstance(exc, GeneratorExit):  # a generator closed
                 _fail(span, exc)
             span.end()
-        _detach(token)
+        if thread == _thread_id():
+            _detach(token)
+        else:
+            _exited_elsewhere(span)
         return False
+
+
+def _exited_elsewhere(span: Span) -> None:
+    """A ``with span(...)`` block exited in another thread than it was entered in (a span
+    handed over): the span is ended; the entering thread's context cannot be restored from
+    here, so it is left, with one warning per span name, instead of the SDK's traceback."""
+    name = getattr(span, "name", "?")
+    with _warn_lock:
+        if (str(name), "<thread>") in _warned:
+            return
+        _warned.add((str(name), "<thread>"))
+    _log.warning(
+        "span %r was ended in another thread than the one that entered it; it is ended, but "
+        "that thread's current span is not restored: enter and exit a span in one thread (use "
+        "links or the span context to hand work over)",
+        shorten(str(name)),
+    )
 
 
 class _WatchedSpan(_LiveSpan):
@@ -343,7 +366,13 @@ def annotate(span: Span, /, **attributes: Any) -> None:
 
 
 def _undeclared(name: str) -> _Gate:
-    message = f"span '{name}' is not declared in the registry"
+    # A name that is not UTF-8 text (span(123), a path decoded with os.fsdecode) is emitted as
+    # repaired text by the exporters (see spanspec._text.repair); a long one is shown by its
+    # head only.
+    text, repaired = repair(name)
+    message = f"span {shorten(text)!r} is not declared in the registry" + (
+        f" (and not text: emitted as {shorten(text)!r})" if repaired else ""
+    )
     if _strict:
         raise SpecError([Finding("span.undeclared", message, file="<runtime>")])
     with _lock:

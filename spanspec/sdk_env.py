@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 
+from spanspec._text import shorten
+
 __all__ = ["MAX_SHUTDOWN_TIMEOUT_S", "otel_env_problems"]
 
 MAX_SHUTDOWN_TIMEOUT_S = 3600.0
@@ -58,8 +60,10 @@ def _endpoint_problem(var: str, value: str) -> str | None:
     del port
     if ok:
         return None
+    from spanspec._redact import redact_url
+
     return (
-        f"{var}={value!r}: expected a URL such as http://localhost:4317 (gRPC) or "
+        f"{var}={redact_url(value)!r}: expected a URL such as http://localhost:4317 (gRPC) or "
         "http://localhost:4318 (http/protobuf)"
     )
 
@@ -107,8 +111,11 @@ def otel_env_problems(env: Mapping[str, str], exporters: Iterable[str]) -> list[
     problems = []
     for var in _SDK_INT_VARS:
         text = env.get(var, "").strip()
-        if text and not (text.isdigit() and (int(text) > 0 or var.endswith("SCHEDULE_DELAY"))):
-            problems.append(f"{var}={env[var]!r}: expected a whole number > 0")
+        # A limit of 0 is allowed (the specification: keep none); a delay may be 0 too.
+        zero_ok = var.endswith(("SCHEDULE_DELAY", "_LIMIT"))
+        if text and not (text.isdigit() and (int(text) > 0 or zero_ok)):
+            expected = "a whole number >= 0" if zero_ok else "a whole number > 0"
+            problems.append(f"{var}={shorten(env[var], 60)!r}: expected {expected}")
     if "otlp" not in set(exporters):
         return problems
     for var in _otlp_vars("ENDPOINT"):

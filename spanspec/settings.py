@@ -55,6 +55,7 @@ __all__ = [
     "parse_int",
     "parse_optional_text",
     "parse_text",
+    "shown_value",
 ]
 
 # What the OpenTelemetry SDK calls a service nobody named.
@@ -260,6 +261,7 @@ class FieldSpec:
     parse: Callable[[Any], Any]
     default: Any
     doc: str
+    sensitive: bool = False  # its value is never shown: tables, logs, errors say [REDACTED]
 
     def env_name(self, prefix: str) -> str:
         """Return the variable that sets this field under ``prefix``: ``MYAPP_OTEL_ENABLED``."""
@@ -324,7 +326,13 @@ FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec(
         "run_id", parse_optional_text, None, "Identifier shared by every process of one job."
     ),
-    FieldSpec("user_id", parse_optional_text, None, "Who launched the run (sensitive; opt-in)."),
+    FieldSpec(
+        "user_id",
+        parse_optional_text,
+        None,
+        "Who launched the run (sensitive; opt-in).",
+        sensitive=True,
+    ),
     FieldSpec(
         "shutdown_timeout_s",
         # Bounded: the flush must end before a scheduler's kill, and a huge value overflows the
@@ -342,7 +350,18 @@ FIELDS: tuple[FieldSpec, ...] = (
 )
 _BY_NAME = {f.name: f for f in FIELDS}
 # Settings whose value is never printed (tables, logs): shown as [REDACTED].
-SENSITIVE_FIELDS = frozenset({"user_id"})
+SENSITIVE_FIELDS = frozenset(f.name for f in FIELDS if f.sensitive)
+
+
+def shown_value(name: str, value: Any, fields: Sequence[FieldSpec] = ()) -> str:
+    """``value`` of setting ``name`` as a message may show it: ``[REDACTED]`` when the setting is
+    sensitive (here or among a program's ``fields``), else its repr with any URL credentials
+    (userinfo, query string) masked. Every message that quotes a configured value uses this."""
+    from spanspec._redact import scrub
+
+    if name in SENSITIVE_FIELDS or any(f.name == name and f.sensitive for f in fields):
+        return REDACTED
+    return scrub(repr(value))
 
 
 def field_spec(name: str) -> FieldSpec:
@@ -509,9 +528,11 @@ class Settings:
 
 
 def _shown(name: str, value: Any) -> str:
+    from spanspec._redact import scrub
+
     if value is None:
         return ""
-    return REDACTED if name in SENSITIVE_FIELDS else str(value)
+    return REDACTED if name in SENSITIVE_FIELDS else scrub(str(value))
 
 
 def _prefixes(
@@ -622,7 +643,7 @@ def load_settings(
             where = source.split(" ", 1)[1] if " " in source else spec.name
             if source == "default":
                 where = f"default {spec.name}"
-            problems.append(f"{where}={raw!r}: {exc}")
+            problems.append(f"{where}={shown_value(spec.name, raw, declared)}: {exc}")
             continue
         sources[spec.name] = source
 

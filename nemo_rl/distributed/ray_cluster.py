@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -126,7 +127,8 @@ def init_ray(num_cpus: int = 4, address: str | None = None) -> dict[str, Any]:
     flushes telemetry and stops the workers) is put back.
     """
     main = threading.current_thread() is threading.main_thread()
-    previous = signal.getsignal(signal.SIGTERM) if main else None
+    stops = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+    found = {sig: signal.getsignal(sig) for sig in stops} if main else {}
     if not ray.is_initialized():
         address = address or os.environ.get("RAY_ADDRESS")
         env_vars = telemetry_env_vars()
@@ -134,6 +136,16 @@ def init_ray(num_cpus: int = 4, address: str | None = None) -> dict[str, Any]:
         if address:
             ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
         else:
+            from nemo_rl.distributed.ray_reaper import clean_orphans, start_reaper
+
+            if ended := clean_orphans():
+                print(
+                    f"ray: ended {len(ended)} Ray processes an earlier run left behind (its "
+                    f"driver was killed): pids {', '.join(map(str, ended[:8]))}"
+                    + (" ..." if len(ended) > 8 else ""),
+                    file=sys.stderr,
+                    flush=True,
+                )
             # Ray turns token auth on for a new local cluster, as it should, and says so on every
             # run; nothing for the user to do, so the notice is not shown (RAY_AUTH_MODE still
             # chooses, and Ray's other warnings pass).
@@ -149,8 +161,11 @@ def init_ray(num_cpus: int = 4, address: str | None = None) -> dict[str, Any]:
                     log_to_driver=True,
                     configure_logging=False,
                 )
-    if callable(previous) and signal.getsignal(signal.SIGTERM) is not previous:
-        signal.signal(signal.SIGTERM, previous)
+            # If this driver is killed (SIGKILL), nothing of it runs to stop Ray's helpers.
+            start_reaper(ray._private.worker._global_node.get_session_dir_path())
+    for sig, previous in found.items():  # SIGHUP and SIGINT too: the entry point handles them
+        if callable(previous) and signal.getsignal(sig) is not previous:
+            signal.signal(sig, previous)
     return ray.cluster_resources()
 
 

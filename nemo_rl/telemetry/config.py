@@ -18,8 +18,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from nemo_rl.utils.config import config_error
 from spanspec.findings import did_you_mean
 from spanspec.settings import (
     MAX_SHUTDOWN_TIMEOUT_S,
@@ -82,6 +90,18 @@ class TelemetryConfig(BaseModel):
     """The ``telemetry:`` block. ``model_fields_set`` says which keys the YAML actually gave."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def __init__(self, /, **data: Any) -> None:
+        """Raises ``ConfigError`` (a ``ValueError``), one ``telemetry.key: message`` line per
+        bad key as the command line prints it: no pydantic text, no sensitive value."""
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise config_error(exc, TelemetryConfig, "telemetry") from None
+
+    # Validation (model_validate, a run config holding this block) keeps pydantic's own path
+    # and errors, which validate_config turns into the same lines: only a direct call runs this.
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
 
     enabled: bool = _field("enabled")
     service_name: str = _field("service_name")

@@ -34,6 +34,7 @@ from nemo_rl.telemetry.identity import RunIdentity
 from spanspec import export, watchdog
 from spanspec import metrics as spanspec_metrics
 from spanspec.export import ExportStats, TelemetryCost, TelemetryHandle
+from spanspec.files import not_regular_output
 from spanspec.settings import Settings, SettingsError, ignored_variables
 from spanspec.spec import Spec
 
@@ -163,6 +164,10 @@ def check_telemetry(
         ) from None
     if settings.enabled and "file" in settings.exporters:
         problem = _unwritable(Path(settings.file_dir))
+        for signal_name in ("traces", "metrics", "logs"):
+            if getattr(settings, f"{signal_name}_enabled") and not problem:
+                # A FIFO there would block start-up forever (an open for writing waits for a reader)
+                problem = not_regular_output(Path(settings.file_dir) / f"{signal_name}.jsonl")
         if problem:
             raise SettingsError(
                 [f"{_where(settings, 'file_dir')}={settings.file_dir!r}: {problem}"]

@@ -109,19 +109,38 @@ def validate_config(data: Any, model: type[M]) -> M:
         raise ConfigError([_describe(err, model) for err in e.errors()]) from None
 
 
-def _describe(err: Any, model: type[BaseModel]) -> str:
-    loc = [str(p) for p in err["loc"]]
+def config_error(exc: ValidationError, model: type[BaseModel], prefix: str = "") -> ConfigError:
+    """``exc`` as the one-line-per-key :class:`ConfigError` the command line prints (no pydantic
+    text, no URL, sensitive values not shown); ``prefix`` is where ``model`` sits
+    (``"telemetry"``), used to build the Python API's errors of a config block."""
+    return ConfigError([_describe(err, model, prefix) for err in exc.errors(include_url=False)])
+
+
+def _describe(err: Any, model: type[BaseModel], prefix: str = "") -> str:
+    inner = [str(p) for p in err["loc"]]
+    loc = [prefix, *inner] if prefix and inner else inner
     key = ".".join(loc) or "<root>"
     if err["type"] == "extra_forbidden":
-        fields = _fields_at(model, loc[:-1])
+        fields = _fields_at(model, inner[:-1])
         hint = did_you_mean(loc[-1], fields) or f" (valid keys: {', '.join(fields)})"
         return f"{key}: unknown key{hint}"
     message = validation_message(str(err["msg"]))
     if not loc and err["type"] == "value_error":  # a check across sections names its own keys
         return message
     if err["type"] != "value_error" and "input" in err and not isinstance(err["input"], dict):
-        message += f" (got {as_yaml(err['input'])})"
+        message += f" (got {_shown(loc, err['input'])})"
     return f"{key}: {message}"
+
+
+def _shown(loc: list[str], value: Any) -> str:
+    """The value a message quotes: ``[REDACTED]`` for a sensitive setting (asked of the
+    telemetry settings' declarations), URL credentials masked otherwise."""
+    from spanspec._redact import scrub
+    from spanspec.settings import FIELDS, REDACTED
+
+    if loc and loc[0] == "telemetry" and any(f.sensitive and f.name in loc[1:] for f in FIELDS):
+        return REDACTED
+    return scrub(as_yaml(value))
 
 
 def _fields_at(model: type[BaseModel], path: list[str]) -> list[str]:

@@ -227,7 +227,7 @@ def check_config(
     ``extra`` returns the program's own settings (see :func:`program_fields`) and a note on why
     they could not be read; it is called only for a key that is not a spanspec setting.
     """
-    from spanspec.settings import FIELDS
+    from spanspec.settings import FIELDS, shown_value
 
     fields = {f.name: f for f in FIELDS}
     block = located.data.get(CONFIG_KEY)
@@ -269,7 +269,7 @@ def check_config(
         if isinstance(value, str) and "${" in value:
             add(
                 "config.interpolated",
-                f"{CONFIG_KEY}.{name}={value!r}: an interpolation, resolved only when the config "
+                f"{CONFIG_KEY}.{name}={shown_value(name, value, [spec_field])}: an interpolation, resolved only when the config "
                 "is loaded; not checked",
                 located.position(loc),
                 level="information",
@@ -280,7 +280,7 @@ def check_config(
         except ValueError as exc:
             add(
                 "config.invalid_value",
-                f"{CONFIG_KEY}.{name}={value!r}: {exc}",
+                f"{CONFIG_KEY}.{name}={shown_value(name, value, [spec_field])}: {exc}",
                 located.position(loc),
             )
             continue

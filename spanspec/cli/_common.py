@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
@@ -11,7 +10,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from spanspec._text import safe_text
 from spanspec.checks.check import display, read_registry, same_file
+from spanspec.files import write_atomically
 from spanspec.findings import Finding
 from spanspec.registry import ENV_VAR, RegistryNotFound, default_registry_path
 from spanspec.spec import REGISTRY_RESOURCE_ATTRIBUTE, Spec
@@ -188,8 +189,8 @@ def emit(
         }
         out.write(json.dumps(body, indent=2, default=str) + "\n")
     else:
-        for f in shown:
-            out.write(f"{f}\n")
+        for f in shown:  # a finding quotes the input: no control character reaches the terminal
+            out.write(f"{safe_text(str(f))}\n")
         if text_extra:
             out.write(text_extra.rstrip("\n") + "\n")
         hidden = len(findings) - len(shown)
@@ -229,27 +230,8 @@ def write_or_check(target: Path, text: str, check: bool, command: str) -> int:
         return 1
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        _write_atomically(target, text)
+        write_atomically(target, text)
     except OSError as exc:
         raise UsageError(f"cannot write {shown}: {exc.strerror}") from None
     print(f"wrote {shown}")
     return 0
-
-
-def _write_atomically(target: Path, text: str) -> None:
-    """Write a sibling temporary file, then rename it over ``target``: a failed write (disk
-    full, killed) leaves the previous file whole, never a half-written one."""
-    import tempfile
-
-    fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as file:
-            file.write(text)
-            file.flush()
-            os.fsync(file.fileno())
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise

@@ -37,4 +37,10 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(report.to_dict(display(spec.source)), indent=2) + "\n")
         return 0
     sys.stdout.write(report.format_table() + "\n")
+    if not args.expression.strip():
+        print(
+            "spanspec groups: the expression is empty: nothing is enabled (the default is "
+            "'default'; 'all' enables every group)",
+            file=sys.stderr,
+        )
     return 0

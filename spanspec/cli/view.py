@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from spanspec.cli._common import UsageError, add_registry_option, reader_spec
@@ -46,9 +47,26 @@ def add(commands: Any) -> None:
     view.set_defaults(run=run)
 
 
+def _drawable(span: Any) -> bool:
+    start, end = span.start_time_unix_nano, span.end_time_unix_nano
+    return 0 < start <= end < 2**64
+
+
 def run(args: argparse.Namespace) -> int:
+    from spanspec._text import safe_text, terminal_safe_span
     from spanspec.traces.otlp_json import TraceStream, read_traces
     from spanspec.traces.view import render_waterfall, select_trace, stream_traces, traces
+
+    undrawable = 0
+
+    def drawable(spans: Iterable[Any], terminal: bool) -> Iterator[Any]:
+        """The spans with possible times; for the terminal, with control characters escaped."""
+        nonlocal undrawable
+        for s in spans:
+            if not _drawable(s):
+                undrawable += 1
+            else:
+                yield terminal_safe_span(s) if terminal else s
 
     # Drawing needs no registry; steps, runs and lanes are its conventions (neutral without one).
     needed = args.registry is not None or args.step is not None or args.run_id is not None
@@ -63,16 +81,17 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.format == "chrome":  # every trace is written: read them all
         read = read_traces(args.file)
-        findings, spans = read.findings, read.spans
+        findings, spans = read.findings, list(drawable(read.spans, terminal=False))
         if args.run_id is not None:
             spans = [s for s in spans if s.resource.get(key) == args.run_id]
         summaries = traces(spans)
     else:  # one pass, holding only the trace that may be drawn
         stream = TraceStream(args.file)
+        merged = drawable(stream.merged(), terminal=True)
         spans = (
-            stream.merged()
+            merged
             if args.run_id is None
-            else (s for s in stream.merged() if s.resource.get(key) == args.run_id)
+            else (s for s in merged if s.resource.get(key) == args.run_id)
         )
         summaries = stream_traces(
             spans, args.trace, args.step, conventions, keep_bodies=not args.list
@@ -80,7 +99,13 @@ def run(args: argparse.Namespace) -> int:
         findings = stream.findings
     for f in findings:
         if f.level != "information" or f.id == "otlp.truncated_line":
-            print(f, file=sys.stderr)
+            print(safe_text(str(f)), file=sys.stderr)
+    if undrawable:
+        print(
+            f"spanspec view: {undrawable} spans with impossible times (zero, negative, past "
+            "2^64, or an end before the start) not drawn; spanspec live-check names them",
+            file=sys.stderr,
+        )
     if args.run_id is not None and not summaries:
         raise UsageError(f"no spans of run {args.run_id!r} ({key}) in {args.file}")
     if args.format == "chrome":
@@ -134,9 +159,10 @@ def _write_chrome(args: argparse.Namespace, summaries: list[Any], conventions: C
             return 1
     spans = [s for t in chosen for s in t.spans]
     trace = to_chrome_trace(spans, conventions)
-    try:
-        with open(args.out, "w", encoding="utf-8") as out:
-            json.dump(trace, out, separators=(",", ":"))
+    from spanspec.files import write_atomically
+
+    try:  # a failed write (disk full) keeps the previous file, never a fragment
+        write_atomically(args.out, json.dumps(trace, separators=(",", ":")))
     except OSError as exc:
         raise UsageError(f"{args.out}: cannot write: {exc.strerror or exc}") from None
     processes = sum(e["name"] == "process_name" for e in trace["traceEvents"])

@@ -48,6 +48,7 @@ from typing import Any
 from opentelemetry import metrics as otel_metrics
 
 from spanspec import watchdog
+from spanspec._redact import redact_url, scrub
 from spanspec.export._handle import TelemetryHandle, _zero_after_fork
 from spanspec.export._stats import (
     _SDK_EXPORT_LOGGERS,
@@ -55,6 +56,7 @@ from spanspec.export._stats import (
     LOG_QUEUE_SIZE,
     REFUSALS,
     SCHEDULE_DELAY_MS,
+    SCRUB,
     SPAN_BATCH_SIZE,
     SPAN_QUEUE_SIZE,
     TRUNCATED_ATTRIBUTE,
@@ -202,7 +204,9 @@ def _build(
     except SettingsError:
         raise
     except Exception as exc:
-        raise SettingsError([f"exporter={settings.exporter!r}: cannot be built: {exc}"]) from exc
+        raise SettingsError(
+            [f"exporter={settings.exporter!r}: cannot be built: {scrub(str(exc))}"]
+        ) from exc
     handle.tracer_provider = built.tracer_provider
     handle.meter_provider = built.meter_provider or otel_metrics.NoOpMeterProvider()
     handle.logger_provider = built.logger_provider
@@ -217,9 +221,10 @@ def _build(
 
     for name in _SDK_EXPORT_LOGGERS:
         logger, flt = logging.getLogger(name), _OncePerMessage()
-        logger.addFilter(REFUSALS)  # first: it must see every record, even those let through once
+        logger.addFilter(SCRUB)  # no URL credentials in the SDK's own lines
+        logger.addFilter(REFUSALS)  # it must see every record, even those let through once
         logger.addFilter(flt)
-        handle._filters += [(logger, REFUSALS), (logger, flt)]
+        handle._filters += [(logger, SCRUB), (logger, REFUSALS), (logger, flt)]
     handle._prometheus = built.prometheus
     if built.logger_provider is not None:
         handler = built.logging_handler
@@ -232,7 +237,7 @@ def _build(
 def _prometheus_destination(settings: Settings) -> str:
     """``remote write http://h:9090/api/v1/write`` (push) or the ``/metrics`` address (pull)."""
     if settings.prometheus_remote_write_url:
-        return f"remote write {settings.prometheus_remote_write_url}"
+        return f"remote write {redact_url(settings.prometheus_remote_write_url)}"
     return f"http://127.0.0.1:{settings.prometheus_port}/metrics"
 
 

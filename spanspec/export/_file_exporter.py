@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import stat
 import threading
 import weakref
 from collections.abc import Sequence
@@ -34,6 +35,8 @@ from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportRes
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from spanspec.files import not_regular_output
 
 __all__ = [
     "FileLogExporter",
@@ -73,7 +76,13 @@ class JsonLinesFile:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        # O_NONBLOCK: a FIFO put where the file goes fails here instead of blocking start-up.
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK
+        self._fd: int | None = os.open(self.path, flags, 0o644)
+        if not stat.S_ISREG(os.fstat(self._fd).st_mode):
+            os.close(self._fd)
+            self._fd = None
+            raise OSError(f"{self.path}: {not_regular_output(self.path)}")
         if _ends_mid_line(self.path):
             os.write(self._fd, b"\n")  # end the torn line, or it swallows our first one
         self._lock = threading.Lock()

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk._logs import ReadableLogRecord
 from opentelemetry.sdk._logs.export import (
     LogRecordExporter,
@@ -35,6 +36,7 @@ from opentelemetry.sdk.trace.export import (
 )
 
 from spanspec import runtime
+from spanspec._text import repair
 from spanspec.export._stats import (
     REFUSALS,
     ExportCpu,
@@ -161,6 +163,129 @@ def exported_resource(resource: Resource, keys: frozenset[str]) -> Resource:
     return out
 
 
+def _kept_dropped(original: Any, attributes: dict[str, Any]) -> Any:
+    """``attributes`` as the span's or event's ``original``, keeping the count the SDK's limits
+    dropped from it (exported as ``droppedAttributesCount``)."""
+    out = BoundedAttributes(maxlen=None, attributes=attributes, immutable=True)
+    out.dropped = getattr(original, "dropped_attributes", 0) or 0
+    return out
+
+
+def _repaired_value(value: Any) -> tuple[Any, bool]:
+    if isinstance(value, str):
+        return repair(value)
+    if isinstance(value, (tuple, list)) and any(isinstance(v, str) for v in value):
+        pairs = [_repaired_value(v) for v in value]
+        if any(changed for _, changed in pairs):
+            return tuple(v for v, _ in pairs), True
+    return value, False
+
+
+def _repaired_attributes(attributes: Any) -> dict[str, Any] | None:
+    """The attributes with text repaired, or None when nothing needed it."""
+    if not attributes:
+        return None
+    out, changed = {}, False
+    for key, value in attributes.items():
+        k, key_changed = repair(key)
+        v, value_changed = _repaired_value(value)
+        out[k] = v
+        changed = changed or key_changed or value_changed
+    return out if changed else None
+
+
+def _suspect_text(value: Any) -> bool:
+    if type(value) is str:
+        return not value.isascii()
+    if isinstance(value, (tuple, list)):
+        return any(type(v) is str and not v.isascii() for v in value)
+    return False
+
+
+def _suspect(s: ReadableSpan) -> bool:
+    """Whether ``s`` may hold something :func:`repair_spans` changes (cheap: ASCII is fine)."""
+    name = s.name
+    if type(name) is not str or not name.isascii():
+        return True
+    attributes = s._attributes  # the SDK's own mapping: no read-only view made per span
+    if attributes:
+        for key, value in attributes.items():
+            if type(key) is not str or not key.isascii() or _suspect_text(value):
+                return True
+    for e in s._events:
+        if type(e.name) is not str or not e.name.isascii():
+            return True
+        if e.attributes and any(
+            type(k) is not str or _suspect_text(k) or _suspect_text(v)
+            for k, v in e.attributes.items()
+        ):
+            return True
+    return False
+
+
+def scan(spans: Sequence[ReadableSpan]) -> tuple[bool, int]:
+    """One pass over a batch: whether any span needs :func:`repair_spans`, and how many span and
+    event attributes the SDK's limits dropped from them."""
+    suspect, dropped = False, 0
+    for s in spans:
+        attributes = s._attributes
+        dropped += getattr(attributes, "dropped", 0)
+        for e in s._events:
+            dropped += getattr(e._attributes, "dropped", 0)
+        if not suspect:
+            suspect = _suspect(s)
+    return suspect, dropped
+
+
+def repair_spans(spans: Sequence[ReadableSpan]) -> tuple[Sequence[ReadableSpan], int]:
+    """Return ``spans`` as they can be encoded, and how many were changed: a name that is not
+    text becomes its ``str()``, and every lone surrogate in a name, an attribute key or value,
+    or an event becomes U+FFFD (see :mod:`spanspec._text`). One bad span never fails the batch
+    it is in; the others are passed as they are."""
+    out, repaired = [], 0
+    for s in spans:
+        if not _suspect(s):
+            out.append(s)
+            continue
+        name, name_changed = repair(s.name)
+        attributes = _repaired_attributes(s.attributes)
+        events, events_changed = [], False
+        for e in s.events:
+            e_name, e_changed = repair(e.name)
+            e_attributes = _repaired_attributes(e.attributes)
+            if e_changed or e_attributes is not None:
+                events_changed = True
+                e = Event(
+                    e_name,
+                    _kept_dropped(e, e_attributes or dict(e.attributes or {})),
+                    e.timestamp,
+                )
+            events.append(e)
+        if not (name_changed or attributes is not None or events_changed):
+            out.append(s)
+            continue
+        repaired += 1
+        out.append(
+            ReadableSpan(
+                name=name,
+                context=s.context,
+                parent=s.parent,
+                resource=s.resource,
+                attributes=_kept_dropped(
+                    s, attributes if attributes is not None else dict(s.attributes or {})
+                ),
+                events=events,
+                links=s.links,
+                kind=s.kind,
+                status=s.status,
+                start_time=s.start_time,
+                end_time=s.end_time,
+                instrumentation_scope=s.instrumentation_scope,
+            )
+        )
+    return out, repaired
+
+
 def redact(spans: Sequence[ReadableSpan], keys: frozenset[str]) -> Sequence[ReadableSpan]:
     """Return ``spans`` as exported: the value of every attribute in ``keys`` replaced by
     ``[REDACTED]`` on the span, its events and its resource, whoever set it, and the resource's
@@ -185,9 +310,14 @@ def redact(spans: Sequence[ReadableSpan], keys: frozenset[str]) -> Sequence[Read
                 context=s.context,
                 parent=s.parent,
                 resource=resource,
-                attributes=_redacted(s.attributes or {}, keys),
+                attributes=_kept_dropped(s, _redacted(s.attributes or {}, keys)),
                 events=[
-                    Event(e.name, _redacted(e.attributes or {}, keys), e.timestamp) for e in events
+                    Event(
+                        e.name,
+                        _kept_dropped(e, _redacted(e.attributes or {}, keys)),
+                        e.timestamp,
+                    )
+                    for e in events
                 ],
                 links=s.links,
                 kind=s.kind,
@@ -242,6 +372,11 @@ class GuardedSpanExporter(SpanExporter):
         self.inner = inner
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        suspect, dropped = scan(spans)
+        self._guard.stats.attributes_dropped += dropped
+        if suspect:  # rare: plain text everywhere is the common case, nothing copied then
+            spans, repaired = repair_spans(spans)
+            self._guard.stats.repaired += repaired
         spans = redact(spans, runtime.sensitive_keys())
         result = self._guard.run(
             len(spans), lambda: self.inner.export(spans), SpanExportResult.SUCCESS

@@ -72,7 +72,7 @@ class TelemetryHandle:
         self._final: ExportStats | None = None
         self._shutdown_owner: int | None = None
         self._done = threading.Event()
-        self._sigterm_previous: Any = None
+        self._sigterm_previous: dict[int, Any] = {}
         self._atexit: Any = None
 
     def __repr__(self) -> str:
@@ -208,12 +208,31 @@ class TelemetryHandle:
                 p.failed,
                 p.unresolved,
             )
+        for p in final.pipelines:
+            if p.signal == "traces" and p.repaired:
+                _log.warning(
+                    "telemetry: traces to %s %s: %d spans had a name or text that is not valid "
+                    "UTF-8 text; exported with each bad character replaced by U+FFFD",
+                    p.exporter,
+                    p.destination,
+                    p.repaired,
+                )
+            if p.signal == "traces" and p.attributes_dropped:
+                _log.warning(
+                    "telemetry: traces to %s %s: %d attributes dropped by OpenTelemetry limits "
+                    "(OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT, OTEL_ATTRIBUTE_COUNT_LIMIT, "
+                    "OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT); each span says how many in "
+                    "droppedAttributesCount",
+                    p.exporter,
+                    p.destination,
+                    p.attributes_dropped,
+                )
         if final.shutdown_timed_out:
             _log.warning(
                 "telemetry: shutdown gave up after %.1f s; the collector did not answer in time",
                 final.shutdown_s,
             )
-        if not lossy:
+        if not lossy and not any(p.attributes_dropped for p in final.pipelines):
             _log.info("telemetry: shut down in %.2f s, nothing lost", final.shutdown_s)
 
     def _detach(self) -> None:
@@ -228,42 +247,47 @@ class TelemetryHandle:
         if self._atexit is not None:
             atexit.unregister(self._atexit)
             self._atexit = None
-        if (
-            self._sigterm_previous is not None
-            and threading.current_thread() is threading.main_thread()
-        ):
-            try:
-                if signal.getsignal(signal.SIGTERM) is self._sigterm_handler:
-                    signal.signal(signal.SIGTERM, self._sigterm_previous)
-            except (ValueError, OSError):
-                pass
+        if self._sigterm_previous and threading.current_thread() is threading.main_thread():
+            for sig, previous in self._sigterm_previous.items():
+                try:
+                    if signal.getsignal(sig) == self._sigterm_handler:
+                        signal.signal(sig, previous)
+                except (ValueError, OSError):
+                    pass
+            self._sigterm_previous = {}
 
     # -- signals and exit --
 
     def install_sigterm_flush(self) -> bool:
-        """Flush on SIGTERM, then hand the signal to the previous handler (or die by it).
+        """Flush on SIGTERM and SIGHUP (a closed terminal or ssh session), ending open spans as
+        truncated, then hand the signal to the previous handler (or die by it: exit 143, 129).
 
         Only possible in the main thread. Returns:
             True when installed.
         """
         if threading.current_thread() is not threading.main_thread():
             return False
-        try:
-            previous = signal.getsignal(signal.SIGTERM)
-            signal.signal(signal.SIGTERM, self._sigterm_handler)
-        except (ValueError, OSError):
-            return False
-        self._sigterm_previous = previous if previous is not None else signal.SIG_DFL
-        return True
+        found = {}
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            try:
+                previous = signal.getsignal(sig)
+                if previous == signal.SIG_IGN:  # nohup: the process means to outlive it
+                    continue
+                signal.signal(sig, self._sigterm_handler)
+            except (ValueError, OSError):
+                continue
+            found[sig] = previous if previous is not None else signal.SIG_DFL
+        self._sigterm_previous = found
+        return signal.SIGTERM in found
 
     def _sigterm_handler(self, signum: int, frame: Any) -> None:
-        previous = self._sigterm_previous
+        previous = self._sigterm_previous.get(signum, signal.SIG_DFL)
         self.shutdown()
         if callable(previous):
             previous(signum, frame)
         elif previous != signal.SIG_IGN:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
 
     def _register_atexit(self) -> None:
         ref = weakref.ref(self)

@@ -54,7 +54,8 @@ from spanspec.export._stats import (
     PipelineStats,
     exporters_for,
 )
-from spanspec.settings import Settings
+from spanspec.files import not_regular_output
+from spanspec.settings import Settings, SettingsError
 from spanspec.watchdog import OpenSpan
 
 _log = logging.getLogger("spanspec.export")
@@ -248,6 +249,9 @@ def _exporter(
         return _otlp(signal_name, protocols[signal_name])
     if name == "file":
         folder = Path(settings.file_dir).expanduser().resolve()
+        problem = not_regular_output(folder / f"{signal_name}.jsonl")
+        if problem:
+            raise SettingsError([f"{settings.how_to_set('file_dir')}: {problem}"])
         return {"traces": FileSpanExporter, "metrics": FileMetricExporter, "logs": FileLogExporter}[
             signal_name
         ](folder)

@@ -66,6 +66,8 @@ class PipelineStats:
     points_exported: int = 0
     refused: str = ""  # why the backend refused this signal ("HTTP 405"); then it is switched off
     not_sent: int = 0  # items not sent once the signal was switched off (not lost: refused)
+    repaired: int = 0  # spans exported with text repaired (a name not text, lone surrogates)
+    attributes_dropped: int = 0  # span and event attributes dropped by OpenTelemetry's limits
 
     @property
     def dropped(self) -> int:
@@ -142,6 +144,12 @@ class ExportStats:
                 + (
                     f"; refused by the backend ({p.refused}), {p.not_sent} not sent"
                     if p.refused
+                    else ""
+                )
+                + (f"; {p.repaired} with text repaired (U+FFFD)" if p.repaired else "")
+                + (
+                    f"; {p.attributes_dropped} attributes dropped by OpenTelemetry limits"
+                    if p.attributes_dropped
                     else ""
                 )
             )
@@ -306,6 +314,25 @@ class RefusalWatch(logging.Filter):
 
 
 REFUSALS = RefusalWatch()
+
+
+class _Scrub(logging.Filter):
+    """Redacts URL credentials (userinfo, query string) in the SDK's export log lines: its
+    messages name the endpoint, which may carry ``user:password@`` or ``?token=``."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from spanspec._redact import scrub, scrub_value
+
+        if isinstance(record.msg, str):
+            record.msg = scrub(record.msg)
+        if isinstance(record.args, tuple):
+            record.args = tuple(scrub_value(a) for a in record.args)
+        elif isinstance(record.args, dict):
+            record.args = {k: scrub_value(v) for k, v in record.args.items()}
+        return True
+
+
+SCRUB = _Scrub()
 
 
 class _NotTelemetry(logging.Filter):

@@ -49,8 +49,10 @@ def otlp_endpoint(signal_name: str, protocol: str, env: Mapping[str, str] | None
 def otlp_destination(signal_name: str, protocol: str, env: Mapping[str, str] | None = None) -> str:
     """``grpc http://h:4317`` for messages; an endpoint no variable sets says it is the default,
     and which variables would set it (a signal sent there is usually lost)."""
+    from spanspec._redact import redact_url
+
     env = os.environ if env is None else env
-    where = f"{protocol} {otlp_endpoint(signal_name, protocol, env)}"
+    where = f"{protocol} {redact_url(otlp_endpoint(signal_name, protocol, env))}"  # no secret
     own = f"OTEL_EXPORTER_OTLP_{signal_name.upper()}_ENDPOINT"
     if not (env.get(own, "").strip() or env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()):
         where += f" (the default: neither {own} nor OTEL_EXPORTER_OTLP_ENDPOINT is set)"
@@ -70,6 +72,8 @@ def protocol_hint(signal_name: str, protocol: str, env: Mapping[str, str] | None
     """
     from urllib.parse import urlsplit
 
+    from spanspec._redact import redact_url
+
     endpoint = otlp_endpoint(signal_name, protocol, env)
     try:
         parts = urlsplit(endpoint if "//" in endpoint else f"//{endpoint}")
@@ -79,11 +83,13 @@ def protocol_hint(signal_name: str, protocol: str, env: Mapping[str, str] | None
     var = "OTEL_EXPORTER_OTLP_PROTOCOL"
     if protocol == "grpc" and (port in _HTTP_PORTS or "/v1/" in parts.path):
         why = _HTTP_PORTS.get(port, "an OTLP/HTTP path")
+        endpoint = redact_url(endpoint)
         return (
             f"{signal_name} go over gRPC to {endpoint}, which is {why}; "
             f"set {var}=http/protobuf (or use port 4317 for gRPC)"
         )
     if protocol == "http/protobuf" and port in _GRPC_PORTS:
+        endpoint = redact_url(endpoint)
         return (
             f"{signal_name} go over HTTP to {endpoint}, which is {_GRPC_PORTS[port]}; "
             f"set {var}=grpc (or use port 4318 for HTTP)"

@@ -12,7 +12,7 @@ import math
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from spanspec.findings import Finding, Level, SpecError, a_type, did_you_mean
+from spanspec.findings import Finding, Level, SpecError, a_type, as_yaml, did_you_mean
 from spanspec.registry.loader import Located, gc_paused
 from spanspec.registry.schema import ConventionsDecl, MetricDecl, Registry, SpanDecl
 from spanspec.spec import (
@@ -92,9 +92,16 @@ def _attributes(registry: Registry, report: _Report) -> dict[str, AttributeDef]:
             probe = AttributeDef(key, a.type.value, a.brief)
             for i, value in enumerate(a.allowed):
                 if not probe.accepts([value] if a.type.value.endswith("[]") else value):
+                    hint = (
+                        " (YAML reads an unquoted yes, no, on, off, true or false as a boolean: "
+                        "quote it, such as 'yes')"
+                        if isinstance(value, bool) and a.type.value.startswith("string")
+                        else ""
+                    )
                     report(
                         "attribute.allowed_type",
-                        f"attributes.{key}.allowed: {value!r} is not {a_type(a.type.value)}",
+                        f"attributes.{key}.allowed[{i}]: {as_yaml(value)} is not "
+                        f"{a_type(a.type.value)}{hint}",
                         ("attributes", key, "allowed", i),
                     )
         attributes[key] = AttributeDef(
@@ -189,6 +196,14 @@ def _check_span_naming(
             (*where, "group"),
         )
     templated = ALGORITHM_PLACEHOLDER in decl.name
+    if decl.name.count(ALGORITHM_PLACEHOLDER) > 1:
+        report(
+            "span.placeholder_repeated",
+            f"spans[{i}] '{decl.name}': {ALGORITHM_PLACEHOLDER} appears "
+            f"{decl.name.count(ALGORITHM_PLACEHOLDER)} times; a name holds it once "
+            f"(such as 'app.{{algorithm}}.step')",
+            (*where, "name"),
+        )
     if templated and not decl.algorithms:
         report(
             "span.missing_algorithms",

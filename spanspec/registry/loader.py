@@ -203,7 +203,16 @@ def _syntax_finding(name: str, text: str, exc: yaml.YAMLError) -> Finding:
     mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
     line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
     problem = " ".join(filter(None, (getattr(exc, "context", None), getattr(exc, "problem", None))))
-    if mark is not None and 0 <= mark.index < len(text) and text[mark.index] == "\t":
+    lines = text.splitlines()
+    key_text = (
+        re.split(r":(?:\s|$)", lines[line - 1], maxsplit=1)[0] if 0 < line <= len(lines) else ""
+    )
+    if "simple key" in problem and len(key_text.strip()) > 1024:
+        problem = (
+            f"a key of {len(key_text.strip())} characters; PyYAML reads a plain key of at most "
+            "1,024 characters (shorten the key)"
+        )
+    elif mark is not None and 0 <= mark.index < len(text) and text[mark.index] == "\t":
         problem = "a tab character; YAML indents with spaces only (replace the tab with spaces)"
     else:
         hint = next((h for known, h in _SYNTAX_HINTS.items() if known in problem), "")
@@ -262,7 +271,7 @@ def validation_findings(
     ``prefix`` is where ``model``'s data sits inside the file (``("telemetry",)`` for a config block).
     """
     findings = []
-    for error in exc.errors(include_url=False):
+    for error in _merged_unions(exc.errors(include_url=False)):
         loc: Loc = prefix + tuple(error["loc"])
         field = ".".join(str(p) for p in loc) or "<root>"
         kind = error["type"]
@@ -307,6 +316,41 @@ def validation_findings(
             message = f"{field}: {what}{shown}{hint}{_yaml11_hint(located._node(loc), got)}"
         findings.append(Finding(f"schema.{kind}", message, file=located.path, line=line, col=col))
     return findings
+
+
+# pydantic tags the error of each member of a union with the member's type: allowed.2.str,
+# allowed.2.int... One finding per bad value says every type it could have been.
+_UNION_TAG = re.compile(
+    r"^(str|int|float|bool|bytes|none|(list|dict|tuple|set)\[.*\]|function-[a-z-]+\[.*\]|"
+    r"[A-Z][A-Za-z]*)$"
+)
+
+
+def _merged_unions(errors: list[Any]) -> list[Any]:
+    out: list[Any] = []
+    merged: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for error in errors:
+        loc = tuple(error["loc"])
+        tag = loc[-1] if loc else None
+        if not (isinstance(tag, str) and _UNION_TAG.match(tag)) or error["type"] in (
+            "extra_forbidden",
+            "missing",
+        ):
+            out.append(error)
+            continue
+        what = validation_message(str(error["msg"])).removeprefix("expected ")
+        first = merged.get(loc[:-1])
+        if first is None:
+            first = merged[loc[:-1]] = {**error, "loc": loc[:-1], "whats": [what]}
+            out.append(first)
+        elif what not in first["whats"]:
+            first["whats"].append(what)
+    for error in merged.values():
+        whats = error.pop("whats")
+        if len(whats) > 1:
+            error["type"] = "wrong_type"
+            error["msg"] = f"expected {', '.join(whats[:-1])} or {whats[-1]}"
+    return out
 
 
 _ENV_PREFIX = r"^[A-Z][A-Z0-9_]*_$"

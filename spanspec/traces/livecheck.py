@@ -146,6 +146,7 @@ def live_check(
     resource_groups_cache: dict[str, frozenset[str] | None] = {}
     any_groups_known = fixed_groups is not None
     names = list(spec.spans)
+    ids: set[tuple[str, str]] = set()
 
     for span in spans:
         if not all_scopes and span.scope not in (SCOPE, ""):
@@ -153,6 +154,7 @@ def live_check(
             report.spans_skipped += 1
             continue
         report.spans_checked += 1
+        _check_times(span, ids, problems)
         entry = spec.spans.get(span.name)
         if entry is None:
             problems.add(
@@ -179,7 +181,20 @@ def live_check(
                 f"span '{span.name}' was emitted although its group '{entry.group}' was off",
             )
 
-        for key in sorted(entry.required - set(span.attributes)):
+        missing = sorted(entry.required - set(span.attributes))
+        if missing and span.dropped_attributes:
+            # Not the code's fault: the SDK's limits dropped them (the span says how many).
+            problems.add(
+                span,
+                "live.attributes_dropped_by_limit",
+                span.name,
+                f"span '{span.name}': required attribute(s) {', '.join(missing)} missing and "
+                f"droppedAttributesCount={span.dropped_attributes}: dropped by an OpenTelemetry "
+                "attribute limit (OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT or OTEL_ATTRIBUTE_COUNT_LIMIT); "
+                "raise or unset the limit",
+            )
+            missing = []
+        for key in missing:
             problems.add(
                 span,
                 "live.missing_attribute",
@@ -232,6 +247,43 @@ def live_check(
     report.coverage = _coverage(spec, seen, emitted, algorithms, report.enabled_groups)
     report.findings.extend(_coverage_findings(report, require_coverage or {}))
     return report
+
+
+_MAX_TIME = 2**64 - 1  # OTLP times are fixed64 nanoseconds
+
+
+def _check_times(span: SpanRecord, ids: set[tuple[str, str]], problems: _Collector) -> None:
+    """Times no clock gives (zero, negative, past 2^64), an end before its start, and a span id
+    seen before in the same trace."""
+    start, end = span.start_time_unix_nano, span.end_time_unix_nano
+    for key_name, value in (("startTimeUnixNano", start), ("endTimeUnixNano", end)):
+        if value <= 0 or value > _MAX_TIME:
+            problems.add(
+                span,
+                "live.impossible_time",
+                f"{span.name}/{key_name}",
+                f"span '{span.name}' ({span.span_id}): {key_name} {value} is not a time (expected "
+                "Unix nanoseconds between 1 and 2^64-1)",
+            )
+            return
+    if end < start:
+        problems.add(
+            span,
+            "live.end_before_start",
+            span.name,
+            f"span '{span.name}' ({span.span_id}) ends {(start - end) / 1e9:.3f} s before it "
+            "starts",
+        )
+    key = (span.trace_id, span.span_id)
+    if key in ids:
+        problems.add(
+            span,
+            "live.duplicate_span_id",
+            span.span_id,
+            f"span id {span.span_id} of trace {span.trace_id} appears twice (span "
+            f"'{span.name}'); each span needs its own id",
+        )
+    ids.add(key)
 
 
 def _resource_groups(

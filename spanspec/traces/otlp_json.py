@@ -76,6 +76,7 @@ class SpanRecord:
     status_message: str = ""
     file: str = "<unknown>"
     line: int = 0
+    dropped_attributes: int = 0  # droppedAttributesCount: lost to the SDK's attribute limits
 
     @property
     def duration_ns(self) -> int:
@@ -119,9 +120,9 @@ def attribute_value(value: Mapping[str, Any] | None) -> Any:
         if key in ("boolValue", "bool_value"):
             return bool(item)
         if key in ("arrayValue", "array_value"):
-            return [attribute_value(v) for v in (item or {}).get("values", [])]
+            return [attribute_value(v) for v in _list(_object(item, key).get("values"), key)]
         if key in ("kvlistValue", "kvlist_value"):
-            return _key_values((item or {}).get("values", []))
+            return _key_values(_object(item, key).get("values", []))
         if key in ("bytesValue", "bytes_value"):
             return str(item)
     return None
@@ -147,6 +148,8 @@ def _double(item: Any) -> float:
 
 def _key_values(items: Iterable[Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
+    if items is not None and not isinstance(items, list):
+        raise ValueError("attributes: expected a list of {key, value} objects")
     for item in items or ():
         if not isinstance(item, Mapping) or "key" not in item:
             raise ValueError("expected a list of {key, value} objects")
@@ -202,12 +205,47 @@ def _spans_of_request(request: Any, file: str, line: int) -> Iterator[SpanRecord
     resource_spans = _get(request, "resourceSpans", "resource_spans")
     if not isinstance(resource_spans, list):
         raise ValueError("no 'resourceSpans' list: not an OTLP trace export request")
-    for rs in resource_spans:
-        resource = _key_values((rs.get("resource") or {}).get("attributes", []))
-        for ss in _get(rs, "scopeSpans", "scope_spans", []) or []:
-            scope = str((ss.get("scope") or {}).get("name", ""))
-            for raw in ss.get("spans", []) or []:
-                yield _span(raw, resource, scope, file, line)
+    for i, rs in enumerate(resource_spans):
+        where = f"resourceSpans[{i}]"
+        rs = _object(rs, where, optional=False)
+        resource = _key_values(_object(rs.get("resource"), f"{where}.resource").get("attributes"))
+        scope_spans = _list(_get(rs, "scopeSpans", "scope_spans"), f"{where}.scopeSpans")
+        for j, ss in enumerate(scope_spans):
+            at = f"{where}.scopeSpans[{j}]"
+            ss = _object(ss, at, optional=False)
+            scope = str(_object(ss.get("scope"), f"{at}.scope").get("name", ""))
+            for k, raw in enumerate(_list(ss.get("spans"), f"{at}.spans")):
+                yield _span(_object(raw, f"{at}.spans[{k}]", False), resource, scope, file, line)
+
+
+def _object(value: Any, where: str, optional: bool = True) -> Mapping[str, Any]:
+    """``value`` when it is a JSON object (an ``optional`` one may be absent: empty), else a
+    plain error naming ``where``."""
+    if value is None and optional:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{where}: expected a JSON object, got {_json_kind(value)}")
+    return value
+
+
+def _list(value: Any, where: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ValueError(f"{where}: expected a JSON list, got {_json_kind(value)}")
+    return value
+
+
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    return {str: "a string", list: "a list", dict: "an object"}.get(
+        type(value), type(value).__name__
+    )
 
 
 def _span(
@@ -220,7 +258,7 @@ def _span(
     span_id = _hex_id(_get(raw, "spanId", "span_id"), 8)
     if trace_id is None or span_id is None:
         raise ValueError(f"span '{name}' has no trace or span id")
-    status = raw.get("status") or {}
+    status = _object(raw.get("status"), f"span '{name}': status")
     start = _integer(_get(raw, "startTimeUnixNano", "start_time_unix_nano", 0), "startTimeUnixNano")
     end = _integer(_get(raw, "endTimeUnixNano", "end_time_unix_nano", 0), "endTimeUnixNano")
     return SpanRecord(
@@ -238,7 +276,15 @@ def _span(
         status_message=str(status.get("message", "")),
         file=file,
         line=line,
+        dropped_attributes=_dropped(raw),
     )
+
+
+def _dropped(raw: Mapping[str, Any]) -> int:
+    try:
+        return max(0, int(_get(raw, "droppedAttributesCount", "dropped_attributes_count", 0) or 0))
+    except (TypeError, ValueError):
+        return 0
 
 
 def trace_files(path: str | os.PathLike[str]) -> tuple[list[Path], list[Finding]]:
@@ -396,6 +442,8 @@ class TraceStream:
             return list(_spans_of_request(request, name, number))
         except (ValueError, TypeError, AttributeError, RecursionError) as exc:
             message = "nested too deeply" if isinstance(exc, RecursionError) else f"{exc}"
+            if isinstance(exc, TypeError | AttributeError):  # not Python's words
+                message = "not an OTLP trace export request: a value of the wrong kind"
             self.findings.append(Finding("otlp.malformed", message, file=name, line=number, col=1))
             return []
 

@@ -29,6 +29,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from spanspec._text import script_json
+from spanspec.files import write_atomically
 from spanspec.spec import Spec
 from spanspec.traces.breakdown import Breakdown, BreakdownFold
 from spanspec.traces.curves import find_metrics_file, metric_curves, read_rows, step_offset
@@ -272,8 +274,8 @@ def render_report(data: dict[str, Any]) -> str:
     template = (
         resources.files("spanspec.traces").joinpath("report_template.html").read_text("utf-8")
     )
-    # Inside <script>, "</" could end the element early; "<\/" means the same in JSON.
-    payload = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+    # Inside <script> no string may end the element or open a comment: see script_json.
+    payload = script_json(data)
     return template.replace("{{TITLE}}", html.escape(str(data["title"]))).replace(
         "{{DATA}}", payload
     )
@@ -326,7 +328,7 @@ def write_report(
     if baseline is not None:
         data["baseline"] = _baseline(baseline, path, spec, data["run_id"])
     Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out).write_text(render_report(data), encoding="utf-8")
+    write_atomically(out, render_report(data))  # a full disk keeps the previous report
     return data
 
 

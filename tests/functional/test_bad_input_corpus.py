@@ -119,7 +119,96 @@ REGISTRIES = [
         ["lower-case dotted name", "use lower case"],
     ),
     ("group word", "version: 1\ngroups:\n  Bad-Group:\n    description: x\n", ":3:3:", ["word"]),
+    (
+        "allowed: [yes, no] for a string",
+        HEAD + "attributes:\n  k:\n    type: string\n    brief: b\n    allowed: [yes, no]\n",
+        ":9:15:",
+        ["allowed[0]", "true is not a string", "quote it"],
+    ),
+    (
+        "allowed: a mapping among the values",
+        HEAD + "attributes:\n  k:\n    type: string\n    brief: b\n    allowed: [a, {b: c}]\n",
+        ":9:18:",
+        ["allowed.1", "expected a string, an integer, a number or a boolean", "got a mapping"],
+    ),
+    (
+        "a 20,000-character key",
+        HEAD + "x" * 20_000 + ": 1\n",
+        ":5:",
+        ["a key of 20000 characters", "1,024 characters"],
+    ),
+    (
+        "a 1,025-character key",
+        HEAD + "  " + "g" * 1025 + ":\n    description: x\n",
+        ":5:",
+        ["a key of 1025 characters", "1,024 characters"],
+    ),
+    (
+        "a placeholder twice",
+        HEAD + "spans:\n  - name: rl.{algorithm}.{algorithm}\n    group: g\n    brief: x\n"
+        "    algorithms: [grpo]\n",
+        ":6:11:",
+        ["{algorithm} appears 2 times", "once"],
+    ),
+    (
+        "a placeholder three times",
+        HEAD + "spans:\n  - name: rl.{algorithm}.{algorithm}.{algorithm}\n    group: g\n"
+        "    brief: x\n    algorithms: [grpo]\n",
+        ":6:11:",
+        ["{algorithm} appears 3 times"],
+    ),
 ]
+
+
+@pytest.mark.parametrize("bad", [["{a: 1}", "[x]", "{b: 2}"], ["[1]", "{c: d}", "[[2]]"]])
+def test_an_allowed_list_of_bad_values_is_one_finding_per_value(tmp_path, bad):
+    path = tmp_path / "reg.yaml"
+    path.write_text(
+        HEAD
+        + f"attributes:\n  k:\n    type: string\n    brief: b\n    allowed: [{', '.join(bad)}]\n"
+    )
+    r = _run([str(BIN / "spanspec"), "check", str(path)], tmp_path, timeout=60)
+    out = r.stdout + r.stderr
+    _no_crash(out)
+    lines = [x for x in out.splitlines() if "violation:" in x]
+    assert len(lines) == len(bad), out
+    for i, line in enumerate(lines):
+        assert f"allowed.{i}:" in line and "expected a string, an integer" in line, line
+
+
+def test_an_empty_group_expression_says_nothing_is_enabled(tmp_path):
+    for expression in ("", "  "):
+        r = _run([str(BIN / "spanspec"), "groups", "--", expression], tmp_path, timeout=60)
+        assert r.returncode == 0
+        _no_crash(r.stdout + r.stderr)
+        assert "nothing is enabled" in r.stderr, r.stderr
+
+
+def test_the_python_api_raises_the_cli_line_not_pydantic(tmp_path):
+    code = (
+        "from nemo_rl.telemetry import TelemetryConfig\n"
+        "for kw in [dict(exporter=5), dict(exporterr='file'), dict(user_id=['sekrit-api']),"
+        " dict(enabled='maybe'), dict(prometheus_port='http://u:sekrit-pw@h')]:\n"
+        "    try:\n"
+        "        TelemetryConfig(**kw)\n"
+        "    except ValueError as exc:\n"
+        "        print(type(exc).__name__, '|', exc)\n"
+    )
+    r = _run([sys.executable, "-c", code], ROOT, timeout=60)
+    _no_crash(r.stdout + r.stderr)
+    lines = r.stdout.splitlines()
+    assert len(lines) == 5, r.stdout + r.stderr
+    for line in lines:
+        assert line.startswith("ConfigError | invalid config: "), line
+    out = r.stdout
+    assert (
+        "pydantic" not in out
+        and "http" not in out.replace("http://***@h", "")
+        and "sekrit" not in out
+    )
+    assert "telemetry.exporter: expected a string (got 5)" in out
+    assert "did you mean 'exporter'" in out
+    assert "telemetry.user_id: expected a string (got [REDACTED])" in out
 
 
 @pytest.mark.parametrize(
@@ -164,6 +253,38 @@ TRACES = [
             '"attributes": [{"key": "rl.iteration", "value": {"intValue": "NaN"}}]',
         ),
         ["attribute 'rl.iteration': intValue 'NaN' is not an integer"],
+    ),
+    (
+        "a null resourceSpans item",
+        '{"resourceSpans": [null]}\n',
+        ["resourceSpans[0]: expected a JSON object, got null", ":1:1:"],
+    ),
+    (
+        "a null span",
+        '{"resourceSpans": [{"scopeSpans": [{"spans": [null]}]}]}\n',
+        ["resourceSpans[0].scopeSpans[0].spans[0]: expected a JSON object, got null"],
+    ),
+    (
+        "scopeSpans an object",
+        '{"resourceSpans": [{"scopeSpans": {"spans": []}}]}\n',
+        ["resourceSpans[0].scopeSpans: expected a JSON list, got an object"],
+    ),
+    (
+        "status a number",
+        _SPAN.replace('"attributes": []', '"attributes": [], "status": 5'),
+        ["status: expected a JSON object, got a number"],
+    ),
+    (
+        "attributes an object",
+        _SPAN.replace('"attributes": []', '"attributes": {"a": 1}'),
+        ["attributes: expected a list of {key, value} objects"],
+    ),
+    (
+        "an arrayValue that is a string",
+        _SPAN.replace(
+            '"attributes": []', '"attributes": [{"key": "k", "value": {"arrayValue": "x"}}]'
+        ),
+        ["arrayValue: expected a JSON object, got a string"],
     ),
     (
         "a fractional timestamp",

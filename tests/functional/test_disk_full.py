@@ -128,3 +128,38 @@ def test_spanspec_docs_on_a_full_disk_keeps_the_previous_reference(tmp_path):
     assert "cannot write" in out and "Traceback" not in out
     assert "\nprevious\n" in r.stdout  # the old file, whole
     assert ".reference.md." not in r.stdout  # no temporary file left behind
+
+
+def _grpo_trace(folder: Path) -> Path:
+    from tests.unit.spanspec.fixtures.traces import grpo_steps, write_traces
+
+    return write_traces(folder, grpo_steps(3))
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["report", "{trace}", "-o", "{disk}/out.html"],
+        ["view", "{trace}", "--format", "chrome", "-o", "{disk}/out.html"],
+    ],
+    ids=["report", "view-chrome"],
+)
+def test_a_full_disk_keeps_the_previous_output_of_report_and_view(tmp_path, command):
+    if not _can_mount():
+        pytest.skip("needs root and unshare -m for a private tmpfs")
+    trace = _grpo_trace(tmp_path / "run")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    spanspec_cli = Path(sys.executable).parent / "spanspec"
+    args = " ".join(a.format(trace=trace, disk=disk) for a in command)
+    shell = (
+        f"mount -t tmpfs -o size=64k tmpfs {disk} && printf 'previous\\n' > {disk}/out.html && "
+        f"(dd if=/dev/zero of={disk}/filler bs=4k 2>/dev/null; true) && "
+        f"{spanspec_cli} {args}; echo rc=$? && cat {disk}/out.html && ls -a {disk}"
+    )
+    r = _in_private_mount_namespace(shell)
+    out = r.stdout + r.stderr
+    assert "rc=2" in out, out
+    assert "cannot write" in out and "No space left" in out and "Traceback" not in out, out
+    assert "\nprevious\n" in r.stdout  # the old file, whole
+    assert ".out.html." not in r.stdout  # no temporary file left behind

@@ -195,3 +195,41 @@ def test_a_worker_stopped_from_outside_is_one_line_naming_it(tmp_path, runs, how
     # what the driver exported is complete: every line parses
     _spans(tmp_path / "run" / "telemetry" / "traces.jsonl")
     _assert_no_ray_left(run)
+
+
+@pytest.mark.parametrize(
+    ("how", "code", "words"),
+    [
+        (signal.SIGHUP, 129, "error: terminated by SIGHUP"),
+        (signal.SIGINT, 130, "error: interrupted by SIGINT (Ctrl-C)"),
+    ],
+    ids=["SIGHUP", "SIGINT"],
+)
+def test_sighup_and_sigint_to_the_driver_end_the_run_like_sigterm(tmp_path, runs, how, code, words):
+    run = Run(tmp_path, f"logger.log_dir={tmp_path}/run", "telemetry.span_groups=all")
+    runs.append(run)
+    run.wait_for_step()
+    run.proc.send_signal(how)
+    status, stderr = run.finish()
+    assert status == code, stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith(words), stderr
+    spans = _spans(tmp_path / "run" / "telemetry" / "traces.jsonl")
+    (job,) = [s for s in spans if s["name"] == "rl.grpo.job"]
+    assert job["attrs"].get("spanspec.truncated") is True  # flushed and marked, not lost
+    _assert_no_ray_left(run)
+
+
+def test_kill_9_of_the_driver_leaves_no_ray_process_for_long(tmp_path, runs):
+    run = Run(tmp_path, f"logger.log_dir={tmp_path}/run")
+    runs.append(run)
+    run.wait_for_step()
+    assert _ray_processes(run.ray_tmp)
+    run.proc.kill()
+    run.proc.wait()
+    deadline = time.monotonic() + 30
+    while _ray_processes(run.ray_tmp) and time.monotonic() < deadline:
+        time.sleep(1)
+    left = {p: _cmdline(p) for p in _ray_processes(run.ray_tmp)}
+    assert not left, f"Ray processes left 30 s after kill -9 of the driver: {left}"

@@ -116,7 +116,7 @@ def test_allowed_values_must_have_the_declared_type(tmp_path):
         spanspec.load(path)
     (f,) = info.value.findings
     assert f.id == "attribute.allowed_type"
-    assert f.message == "attributes.rl.count.allowed: 'two' is not an int"
+    assert f.message == "attributes.rl.count.allowed[1]: 'two' is not an int"
     assert (f.line, f.col) == (4, 55)
 
 

@@ -44,7 +44,7 @@ LAYERS: list[tuple[str, tuple[str, ...], bool]] = [
         False,
     ),
     ("compiled model | files", ("spanspec.spec", "spanspec.files"), True),
-    ("leaf", ("spanspec.findings",), False),
+    ("leaf", ("spanspec.findings", "spanspec._redact", "spanspec._text"), False),
 ]
 # The most modules spanspec/ may hold at its top level (the rest live in packages by audience).
 MAX_TOP_LEVEL_MODULES = 16

@@ -9,11 +9,11 @@ import re
 from pathlib import Path
 
 import pytest
-from pydantic import ValidationError
 
 import spanspec
 from nemo_rl import telemetry
 from nemo_rl.telemetry import RunIdentity, TelemetryConfig
+from nemo_rl.utils.config import ConfigError
 from spanspec import propagate
 from spanspec.runtime import NOOP
 from spanspec.settings import SettingsError
@@ -145,7 +145,7 @@ def test_a_nemo_lens_variable_we_do_not_read_is_named_once(clean_env, caplog):
 @pytest.mark.parametrize(
     ("env", "block", "error", "match"),
     [
-        ({}, {"exporterr": "file"}, ValidationError, "did you mean 'exporter'"),
+        ({}, {"exporterr": "file"}, ConfigError, "did you mean 'exporter'"),
         ({"NEMO_RL_OTEL_ENABLED": "maybe"}, {}, SettingsError, "NEMO_RL_OTEL_ENABLED='maybe'"),
         (
             {},
