@@ -47,11 +47,6 @@ def add(commands: Any) -> None:
     view.set_defaults(run=run)
 
 
-def _drawable(span: Any) -> bool:
-    start, end = span.start_time_unix_nano, span.end_time_unix_nano
-    return 0 < start <= end < 2**64
-
-
 def run(args: argparse.Namespace) -> int:
     from spanspec._text import safe_text, terminal_safe_span
     from spanspec.traces.otlp_json import TraceStream, read_traces
@@ -63,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         """The spans with possible times; for the terminal, with control characters escaped."""
         nonlocal undrawable
         for s in spans:
-            if not _drawable(s):
+            if not s.has_possible_times:
                 undrawable += 1
             else:
                 yield terminal_safe_span(s) if terminal else s

@@ -84,6 +84,12 @@ class SpanRecord:
         return max(0, self.end_time_unix_nano - self.start_time_unix_nano)
 
     @property
+    def has_possible_times(self) -> bool:
+        """Start after 1970, end not before start, both within OTLP's fixed64 nanoseconds: a
+        span a reader can place in time (``spanspec live-check`` reports the others)."""
+        return 0 < self.start_time_unix_nano <= self.end_time_unix_nano < 2**64
+
+    @property
     def is_error(self) -> bool:
         """Whether the span's status is ERROR."""
         return self.status_code == STATUS_ERROR

@@ -152,6 +152,7 @@ class StepCollector:
         self.grace_ns = int(grace_s * 1e9)
         self.on_step = on_step
         self.spans = 0
+        self.impossible = 0  # spans skipped for impossible times
         self.held_peak = 0
         self._by_id: dict[str, Any] = {}
         self._children: dict[str, list[Any]] = defaultdict(list)
@@ -161,6 +162,9 @@ class StepCollector:
     def add(self, span: Any) -> list[StepTimes]:
         """Take one span; return the steps the stream has now moved past."""
         if self.run_id is not None and span.resource.get(self.run_key) != self.run_id:
+            return []
+        if not 0 <= span.start_time_unix_nano <= span.end_time_unix_nano < 2**64:
+            self.impossible += 1  # no arithmetic on such times; live-check names the span
             return []
         self.spans += 1
         self._by_id[span.span_id] = span

@@ -216,5 +216,6 @@ def test_readers_survive_mutated_trace_lines(tmp_path):
         ["view", str(path)],
         ["view", str(path), "--format", "chrome", "-o", str(tmp_path / "c.json")],
         ["report", str(path), "-o", str(tmp_path / "r.html")],
+        ["diff", str(path), str(path)],
     ):
         _sound(_cli(*args))
