@@ -32,7 +32,15 @@ from pydantic import BaseModel, ValidationError
 
 from nemo_rl.algorithms.common import RunResult, cluster_address_problem
 from nemo_rl.distributed import WorkerDied
-from nemo_rl.telemetry import RunIdentity, init_telemetry_driver, job_cost, shutdown_telemetry
+from nemo_rl.telemetry import (
+    RunIdentity,
+    init_telemetry_driver,
+    job_cost,
+    shutdown_telemetry,
+    stragglers,
+)
+from nemo_rl.telemetry.breakdown import rank_section
+from nemo_rl.telemetry.config import STRAGGLER_THRESHOLD
 from nemo_rl.utils.config import ConfigError, load_config
 from spanspec.export import ExportStats
 from spanspec.findings import SpecError
@@ -90,6 +98,8 @@ def run_loop(loop: Loop, argv: Sequence[str] | None = None, doc: str | None = No
 
     settings = handle.settings
     print(f"telemetry: {handle.destinations()}", flush=True)  # where each signal goes
+    threshold = settings.extra.get("straggler_threshold", STRAGGLER_THRESHOLD.default)
+    stragglers.configure(threshold)
     terminate = _Terminate()
     try:
         with terminate:
@@ -120,6 +130,8 @@ def run_loop(loop: Loop, argv: Sequence[str] | None = None, doc: str | None = No
     trace_file = os.path.join(settings.file_dir, "traces.jsonl")
     if settings.enabled and "file" in settings.exporters and os.path.exists(trace_file):
         print(step_breakdown(trace_file, run_id=settings.run_id))
+        if section := rank_section(trace_file, settings.run_id, threshold):
+            print(section)
         if loop.report is not None:
             print(loop.report(trace_file, settings.run_id))
         print(f"traces: {trace_file}  (view a step: spanspec view {trace_file})")

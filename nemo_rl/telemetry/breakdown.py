@@ -5,8 +5,9 @@ generation with training, is here."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from spanspec.traces.breakdown import Breakdown, PhaseTime, compute_breakdown, step_breakdown
 
@@ -18,8 +19,41 @@ __all__ = [
     "collector_report",
     "compute_breakdown",
     "compute_collector_breakdown",
+    "name_rank",
+    "rank_section",
     "step_breakdown",
 ]
+
+
+# -- ranks: the straggler, the time lost to it, each phase's peak memory ---------------------------
+
+
+def name_rank(label: str, resource: Mapping[str, Any]) -> str:
+    """``policy rank 1 (node 3f2a9c01, pid 4711)``: a lane named as the run's messages name a
+    rank (``label`` when the resource does not say)."""
+    group, rank = resource.get("rl.worker.group"), resource.get("rl.worker.rank")
+    if group is None or rank is None:
+        return label
+    node = str(resource.get("rl.worker.node") or "?")[:8]
+    pid = resource.get("process.pid")
+    return f"{group} rank {rank} (node {node}" + (f", pid {pid})" if pid is not None else ")")
+
+
+def rank_section(trace_file: str, run_id: str | None, threshold: float) -> str:
+    """The end-of-run section after the breakdown (:mod:`spanspec.traces.ranks`): per worker
+    phase of a group with several ranks the median and slowest rank, the time lost to the slowest
+    rank, a ``straggler: <group> rank N ...`` line for each straggler (none for the others), and
+    the peak memory per phase and rank. Empty when no group has several ranks and no span
+    recorded memory."""
+    from spanspec.registry import load
+    from spanspec.traces import otlp_json
+    from spanspec.traces.ranks import compute_ranks
+
+    spans = otlp_json.read_spans([trace_file])
+    if run_id is not None:
+        spans = [s for s in spans if s.resource.get("rl.run_id") == run_id]
+    report = compute_ranks(spans, load(), threshold)
+    return report.format(name_rank)
 
 
 # -- async GRPO: the collector's side and the overlap -------------------------------------------

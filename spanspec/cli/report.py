@@ -21,6 +21,14 @@ def add(commands: Any) -> None:
     )
     report.add_argument("-o", "--out", metavar="FILE", default="report.html", help="output file")
     report.add_argument("--run-id", metavar="ID", help="the run to show (default: the latest)")
+    report.add_argument(
+        "--straggler-threshold",
+        metavar="SHARE",
+        type=_share,
+        default=None,
+        help="a lane slowest of its group by more than this share over the median in at least "
+        "half of the steps is a straggler (default 0.1)",
+    )
     add_registry_option(report, traces=True)
     report.set_defaults(run=run)
 
@@ -32,7 +40,13 @@ def run(args: argparse.Namespace) -> int:
         return reader_spec(args, (s.resource for s in spans))
 
     try:
-        data = write_report(args.path, args.out, spec=spec, run_id=args.run_id)
+        data = write_report(
+            args.path,
+            args.out,
+            spec=spec,
+            run_id=args.run_id,
+            straggler_threshold=args.straggler_threshold,
+        )
     except ReportError as exc:
         raise UsageError(str(exc)) from None
     except OSError as exc:
@@ -41,4 +55,16 @@ def run(args: argparse.Namespace) -> int:
         f"wrote {args.out}: run {data['run_id'] or '-'}, {len(data['steps'])} steps, "
         f"{data['span_count']} spans, {len(data['lanes'])} processes"
     )
+    for line in data["ranks"]["stragglers"]:
+        print(line)
     return 0
+
+
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value != value or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number > 0 (e.g. 0.1), got {text!r}")
+    return value

@@ -29,6 +29,7 @@ from typing import Any
 from spanspec.spec import Spec
 from spanspec.traces.breakdown import Breakdown, compute_breakdown
 from spanspec.traces.otlp_json import TRACE_FILE, SpanRecord, read_traces, trace_files
+from spanspec.traces.ranks import compute_ranks, heat_map_html, pick_phase
 from spanspec.traces.timeline import lane_of, lanes, pack_tracks
 
 __all__ = ["ReportError", "find_trace_files", "render_report", "report_data", "write_report"]
@@ -91,7 +92,11 @@ def _value(v: Any) -> Any:
 
 
 def report_data(
-    spans: Sequence[SpanRecord], spec: Spec, run_id: str | None = None, title: str | None = None
+    spans: Sequence[SpanRecord],
+    spec: Spec,
+    run_id: str | None = None,
+    title: str | None = None,
+    straggler_threshold: float | None = None,
 ) -> dict[str, Any]:
     """Everything the page shows, as JSON-ready data.
 
@@ -102,7 +107,9 @@ def report_data(
 
     Returns:
         The page's data: ``run_id``, ``runs``, ``header`` (resource attribute -> value),
-        ``lanes``, ``breakdown``, ``steps``, ``slowest``...
+        ``lanes``, ``breakdown``, ``steps``, ``slowest``, ``ranks`` (the heat map of lanes x
+        steps of the most skewed worker phase, and a line per straggler; see
+        :mod:`spanspec.traces.ranks`)...
 
     Raises:
         ReportError: when ``run_id`` is not in the spans, or the registry names no run attribute.
@@ -207,6 +214,23 @@ def report_data(
         "breakdown": _breakdown_json(breakdown),
         "steps": steps,
         "slowest": slowest,
+        "ranks": _ranks_json(spans, spec, straggler_threshold),
+    }
+
+
+def _ranks_json(spans: Sequence[SpanRecord], spec: Spec, threshold: float | None) -> dict[str, Any]:
+    ranks = compute_ranks(spans, spec, **({"threshold": threshold} if threshold else {}))
+    picked = pick_phase(ranks)
+    return {
+        "phase": picked.phase if picked else None,
+        "stragglers": [
+            f"straggler: {s.lane} is {s.percent_slower:.0f}% slower than the median in {s.phase}, "
+            f"the slowest in {s.slow_steps} of {s.steps} steps"
+            for s in ranks.stragglers()
+        ],
+        "lost_s": ranks.lost_s,
+        "peaks": ranks.peaks,
+        "html": heat_map_html(ranks),
     }
 
 
@@ -217,8 +241,11 @@ def render_report(data: dict[str, Any]) -> str:
     )
     # Inside <script>, "</" could end the element early; "<\/" means the same in JSON.
     payload = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
-    return template.replace("{{TITLE}}", html.escape(str(data["title"]))).replace(
-        "{{DATA}}", payload
+    ranks = data.get("ranks", {}).get("html", "")
+    return (
+        template.replace("{{TITLE}}", html.escape(str(data["title"])))
+        .replace("{{RANKS}}", ranks)
+        .replace("{{DATA}}", payload)
     )
 
 
@@ -227,6 +254,7 @@ def write_report(
     out: str | os.PathLike[str],
     spec: Spec | Callable[[Sequence[SpanRecord]], Spec] | None = None,
     run_id: str | None = None,
+    straggler_threshold: float | None = None,
 ) -> dict[str, Any]:
     """Read the traces PATH names, write the HTML report to ``out``; return the report's data.
 
@@ -249,7 +277,9 @@ def write_report(
         raise ReportError(f"{files[0]}: the file holds no spans")
     if callable(spec):
         spec = spec(read.spans)
-    data = report_data(read.spans, spec or _load(), run_id=run_id)
+    data = report_data(
+        read.spans, spec or _load(), run_id=run_id, straggler_threshold=straggler_threshold
+    )
     data["files"] = [str(f) for f in files]
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(render_report(data), encoding="utf-8")
