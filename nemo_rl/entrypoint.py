@@ -130,7 +130,8 @@ def run_loop(loop: Loop, argv: Sequence[str] | None = None, doc: str | None = No
     trace_file = os.path.join(settings.file_dir, "traces.jsonl")
     if settings.enabled and "file" in settings.exporters and os.path.exists(trace_file):
         print(step_breakdown(trace_file, run_id=settings.run_id))
-        if section := rank_section(trace_file, settings.run_id, threshold):
+        peak = cfg.cluster.peak_flops_per_worker if hasattr(cfg, "cluster") else None
+        if section := rank_section(trace_file, settings.run_id, threshold, peak):
             print(section)
         if loop.report is not None:
             print(loop.report(trace_file, settings.run_id))

@@ -39,12 +39,15 @@ def name_rank(label: str, resource: Mapping[str, Any]) -> str:
     return f"{group} rank {rank} (node {node}" + (f", pid {pid})" if pid is not None else ")")
 
 
-def rank_section(trace_file: str, run_id: str | None, threshold: float) -> str:
+def rank_section(
+    trace_file: str, run_id: str | None, threshold: float, peak_flops: float | None = None
+) -> str:
     """The end-of-run section after the breakdown (:mod:`spanspec.traces.ranks`): per worker
     phase of a group with several ranks the median and slowest rank, the time lost to the slowest
     rank, a ``straggler: <group> rank N ...`` line for each straggler (none for the others), and
-    the peak memory per phase and rank. Empty when no group has several ranks and no span
-    recorded memory."""
+    the peak memory per phase and rank; then each rank's achieved model FLOP/s and tokens/s in
+    its training micro-batches, with MFU where ``peak_flops`` (``cluster.peak_flops_per_worker``)
+    is known. Empty when no group has several ranks and no span recorded memory or FLOPs."""
     from spanspec.registry import load
     from spanspec.traces import otlp_json
     from spanspec.traces.ranks import compute_ranks
@@ -53,7 +56,39 @@ def rank_section(trace_file: str, run_id: str | None, threshold: float) -> str:
     if run_id is not None:
         spans = [s for s in spans if s.resource.get("rl.run_id") == run_id]
     report = compute_ranks(spans, load(), threshold)
-    return report.format(name_rank)
+    return "\n".join(t for t in (report.format(name_rank), _flops_lines(spans, peak_flops)) if t)
+
+
+def _flops_lines(spans: Sequence[Any], peak: float | None) -> str:
+    """Each rank's model FLOP/s and tokens/s over its ``rl.worker.train_microbatch`` spans."""
+    per_rank: dict[str, list[float]] = {}
+    gpu = False
+    for s in spans:
+        if s.name != "rl.worker.train_microbatch" or "rl.flops" not in s.attributes:
+            continue
+        gpu = gpu or "rl.memory.cuda_peak_allocated_bytes" in s.attributes
+        who = name_rank(str(s.resource.get("rl.worker.rank", "?")), s.resource).split(" (")[0]
+        row = per_rank.setdefault(who, [0.0, 0.0, 0.0])
+        row[0] += float(s.attributes["rl.flops"])
+        row[1] += float(s.attributes.get("rl.num_tokens", 0))
+        row[2] += s.duration_ns / 1e9
+    if not per_rank:
+        return ""
+    lines = ["model FLOPs of the training micro-batches (6 x params x tokens + attention):"]
+    for who, (flops, tokens, seconds) in sorted(per_rank.items()):
+        rate = flops / max(seconds, 1e-9)
+        mfu = f", MFU {rate / peak:.1%}" if peak else ""
+        lines.append(
+            f"  {who}: {flops:.3g} FLOPs, {rate:.3g} FLOP/s, {tokens / max(seconds, 1e-9):.0f} "
+            f"tokens/s{mfu}"
+        )
+    if not peak:
+        lines.append(
+            "  MFU: see the rl.mfu metric (the GPU's known peak)"
+            if gpu
+            else "  MFU unknown: no GPU and no cluster.peak_flops_per_worker (achieved FLOP/s above)"
+        )
+    return "\n".join(lines)
 
 
 # -- async GRPO: the collector's side and the overlap -------------------------------------------

@@ -52,7 +52,7 @@ def test_a_block_allocated_inside_a_span_is_in_its_peak(spans):
     ):
         pass
     assert spans.all()[-1].attributes["rl.memory.rss_peak_bytes"] < peak - 32 * MiB
-    assert rss_high_water_mark() >= _rss()
+    assert rss_high_water_mark() >= _rss() - MiB  # the same counters, read a moment apart
 
 
 @pytest.mark.spanspec(groups="job")
