@@ -10,6 +10,10 @@ recording, its declared ``rl.memory.*`` attributes at the end:
   microsecond, where parsing ``/proc/self/status`` costs several. Where ``clear_refs`` is not
   writable (an old kernel, a locked-down container) the value is the process's peak so far,
   still an upper bound; where there is no ``getrusage`` the attribute is left out.
+- ``rl.memory.rss_rise_bytes``: how far that mark rose above the RSS at the span's start (read
+  from ``/proc/self/statm``): what the span itself needed (a training micro-batch's saved
+  activations, a forward's), apart from what the process already held. Phases compare by it,
+  since freed memory the allocator keeps stays in every later span's absolute mark.
 - on CUDA (a process that has initialised it), ``rl.memory.cuda_peak_allocated_bytes`` and
   ``rl.memory.cuda_peak_reserved_bytes``: ``torch.cuda.reset_peak_memory_stats()`` at the start,
   ``max_memory_allocated()`` / ``max_memory_reserved()`` at the end. On a CPU they are absent.
@@ -44,6 +48,7 @@ __all__ = [
     "flops_shape",
     "model_flops",
     "peak_flops",
+    "current_rss",
     "peak_memory",
     "rss_high_water_mark",
 ]
@@ -96,17 +101,33 @@ def _cuda() -> Any:
     return torch.cuda
 
 
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def current_rss() -> int | None:
+    """Returns this process's resident set now, in bytes (None without ``/proc/self/statm``)."""
+    fd = _fd("/proc/self/statm", os.O_RDONLY)
+    if fd is None:
+        return None
+    try:
+        return int(os.pread(fd, 128, 0).split()[1]) * _PAGE
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 class PeakMemory:
     """Resets the high-water marks on entry and annotates the span with them on exit."""
 
-    __slots__ = ("_cuda", "_span")
+    __slots__ = ("_cuda", "_span", "_start")
 
     def __init__(self, span: Any) -> None:
         self._span = span
         self._cuda: Any = None
+        self._start: int | None = None
 
     def __enter__(self) -> PeakMemory:
         reset_rss_high_water_mark()
+        self._start = current_rss()
         self._cuda = _cuda()
         if self._cuda is not None:
             self._cuda.reset_peak_memory_stats()
@@ -117,6 +138,8 @@ class PeakMemory:
         rss = rss_high_water_mark()
         if rss is not None:
             attrs["rl.memory.rss_peak_bytes"] = rss
+            if self._start is not None:
+                attrs["rl.memory.rss_rise_bytes"] = max(0, rss - self._start)
         if self._cuda is not None:
             attrs["rl.memory.cuda_peak_allocated_bytes"] = int(self._cuda.max_memory_allocated())
             attrs["rl.memory.cuda_peak_reserved_bytes"] = int(self._cuda.max_memory_reserved())

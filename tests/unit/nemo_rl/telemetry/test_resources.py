@@ -44,6 +44,7 @@ def test_a_block_allocated_inside_a_span_is_in_its_peak(spans):
     peak = recorded.attributes["rl.memory.rss_peak_bytes"]
     # The kernel counts RSS in per-thread batches (up to 64 pages each): a MiB of slack.
     assert peak - before >= 63 * MiB, (peak, before)
+    assert recorded.attributes["rl.memory.rss_rise_bytes"] >= 63 * MiB
     assert "rl.memory.cuda_peak_allocated_bytes" not in recorded.attributes  # no GPU here
     # the mark was reset at the span's start: a second span without the block peaks lower
     with (
