@@ -45,10 +45,10 @@ __all__ = [
     "KNOWN_PEAK_FLOPS",
     "NO_PEAK",
     "PeakMemory",
+    "current_rss",
     "flops_shape",
     "model_flops",
     "peak_flops",
-    "current_rss",
     "peak_memory",
     "rss_high_water_mark",
 ]
