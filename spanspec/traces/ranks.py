@@ -58,15 +58,18 @@ class RankReport:
     def format(self, name_lane: Callable[[str, Mapping[str, Any]], str] | None = None) -> str:
         """The text section: each phase's median and slowest lane, the time lost, one line per
         straggler (``straggler: <lane> ...``; ``name_lane(label, resource)`` names a lane), and
-        the peaks per phase and lane. Empty when no group has two lanes."""
-        if not self.phases:
-            return ""
+        the peaks per phase and lane. Empty when no group has two lanes and no span holds a peak."""
         name = name_lane or _default_name
-        lines = [
-            f"ranks: the slowest of each group per worker phase (median of {len(self.lost_s) or 0} "
-            f"steps; straggler threshold {self.threshold:.0%}):",
-            f"  {'phase':34} {'lanes':>5} {'median s':>9} {'slowest':>12} {'ratio':>6}",
-        ]
+        lines = (
+            []
+            if not self.phases
+            else [
+                f"ranks: the slowest of each group per phase (medians over "
+                f"{max(len(p.steps) for p in self.phases)} steps; straggler threshold "
+                f"{self.threshold:.0%}):",
+                f"  {'phase':34} {'lanes':>5} {'median s':>9} {'slowest':>12} {'ratio':>6}",
+            ]
+        )
         for p in self.phases:
             ratios = sorted(s.ratio for s in p.skews)
             medians = sorted(s.median for s in p.skews)
@@ -85,17 +88,17 @@ class RankReport:
                 f"in {', '.join(self.waits)}; bucket idle)"
             )
         found = self.stragglers()
-        for s in found:
+        for s in found if self.phases else ():
             lane = name(s.lane, self.resources.get(s.lane, {}))
             lines.append(
                 f"  straggler: {lane} is {s.percent_slower:.0f}% slower than the median in "
                 f"{s.phase}, the slowest in {s.slow_steps} of {s.steps} steps"
             )
-        if not found:
+        if self.phases and not found:
             lines.append("  no straggler")
         for attr, by_phase in self.peaks.items():
             lanes = sorted({lane for v in by_phase.values() for lane in v})
-            lines.append(f"peak {attr} per phase and rank (MiB):")
+            lines.append(f"peak {attr} per phase and lane (MiB):")
             lines.append(f"  {'phase':34} " + " ".join(f"{lane:>12}" for lane in lanes))
             for phase, values in by_phase.items():
                 cells = [
