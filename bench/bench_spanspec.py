@@ -296,7 +296,12 @@ def _rank_features(spec, provider, number: int, rounds: int) -> dict[str, tuple[
     """ns per block of a worker span with the per-rank features, and of the same span without
     them (label -> (ns, ns of the bare span))."""
     from nemo_rl.models.policy.worker import _annotate_work
-    from nemo_rl.telemetry.resources import peak_memory
+    from nemo_rl.telemetry.resources import (
+        current_rss,
+        peak_memory,
+        reset_rss_high_water_mark,
+        rss_high_water_mark,
+    )
     from nemo_rl.telemetry.stragglers import StragglerWatch
 
     attrs = {"rl.worker.rank": 0}
@@ -329,11 +334,17 @@ def _rank_features(spec, provider, number: int, rounds: int) -> dict[str, tuple[
     def nothing() -> None:
         pass
 
+    def syscalls() -> None:  # what PeakMemory adds, without the span and its annotate
+        reset_rss_high_water_mark()
+        current_rss()
+        rss_high_water_mark()
+
     cases = {
         "worker span off, + memory peak": ("default", memory, bare, number),
         "worker span off, + FLOPs attributes": ("default", flops, flops_bare, number),
         MEMORY_ON: ("policy_update", memory, bare, number // 10),
         "worker span on, + FLOPs attributes": ("policy_update", flops, flops_bare, number // 10),
+        "  memory: clear_refs + statm + getrusage alone": ("default", syscalls, nothing, number),
         "straggler watch, one rank (a call)": ("default", observe_one, nothing, number),
         "straggler watch, two ranks (a call)": ("default", observe, nothing, number // 10),
     }

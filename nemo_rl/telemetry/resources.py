@@ -50,6 +50,7 @@ __all__ = [
     "model_flops",
     "peak_flops",
     "peak_memory",
+    "reset_rss_high_water_mark",
     "rss_high_water_mark",
 ]
 
