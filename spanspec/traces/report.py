@@ -239,9 +239,11 @@ def render_report(data: dict[str, Any]) -> str:
     template = (
         resources.files("spanspec.traces").joinpath("report_template.html").read_text("utf-8")
     )
-    # Inside <script>, "</" could end the element early; "<\/" means the same in JSON.
-    payload = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
     ranks = data.get("ranks", {}).get("html", "")
+    if ranks:  # drawn once, as HTML, not again inside the JSON
+        data = {**data, "ranks": {k: v for k, v in data["ranks"].items() if k != "html"}}
+    # Inside <script>, "</" could end the element early; "<\\/" means the same in JSON.
+    payload = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
     return (
         template.replace("{{TITLE}}", html.escape(str(data["title"])))
         .replace("{{RANKS}}", ranks)

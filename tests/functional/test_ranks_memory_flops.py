@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -96,9 +98,7 @@ def slowed(tmp_path_factory):
     """The run, its output lines in arrival order, the slowed pid and its spans."""
     tmp = tmp_path_factory.mktemp("ranks")
     log_dir = tmp / "run"
-    ray_tmp = str(tmp_path_factory.mktemp("ray"))
-    ray_tmp = "/tmp/rk" + os.path.basename(ray_tmp)[-6:]  # short: Ray's socket paths
-    os.makedirs(ray_tmp, exist_ok=True)
+    ray_tmp = tempfile.mkdtemp(prefix="rk", dir="/tmp")  # short: Ray's socket paths
     env = {**clean_env(), "RAY_TMPDIR": ray_tmp}
     proc = subprocess.Popen(
         [sys.executable, "examples/run_grpo.py", *ARGS, f"logger.log_dir={log_dir}"],
@@ -128,6 +128,7 @@ def slowed(tmp_path_factory):
             proc.kill()
             proc.wait()
         reader.join(timeout=10)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
     out = "".join(lines)
     assert proc.returncode == 0, out[-5000:]
     spans = read_spans(log_dir / "telemetry" / "traces.jsonl")
