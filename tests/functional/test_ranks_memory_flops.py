@@ -130,6 +130,7 @@ def slowed(tmp_path_factory):
         reader.join(timeout=10)
         shutil.rmtree(ray_tmp, ignore_errors=True)
     out = "".join(lines)
+    (tmp / "stdout.txt").write_text(out)  # what the run printed, for a failure's reader
     assert proc.returncode == 0, out[-5000:]
     spans = read_spans(log_dir / "telemetry" / "traces.jsonl")
     rank = {
