@@ -33,6 +33,7 @@ PAGES = [
     GUIDE / "backends.md",
     GUIDE / "scale.md",
     GUIDE / "watchdog.md",
+    GUIDE / "ranks_memory_flops.md",
     GUIDE / "vllm.md",
     GUIDE / "extending.md",
     GUIDE / "nemo-lens.md",
