@@ -36,6 +36,9 @@ ARGS = (
     f"grpo.max_steps={STEPS}",
     "grpo.num_prompts_per_step=8",
     "grpo.num_generations_per_prompt=4",
+    # scoring in chunks of 4 rows, training on a rank's whole share (16 rows) at once: the
+    # training micro-batch must need more memory than any scoring chunk
+    "policy.logprob_batch_size=4",
     "grpo.val_at_start=false",
     "grpo.val_period=1000",
     "checkpointing.enabled=false",
