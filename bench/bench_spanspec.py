@@ -8,6 +8,11 @@ enabled <= 1.10x the raw SDK, a span with three declared attributes <= 0.90x the
 ``start_as_current_span`` with the same three, activation of the whole registry < 50 ms, a 10,000-span
 registry loaded in < 1 s. The stall watchdog: a span with a ``max_duration`` next to one
 without (target <= 1.10x), and the watchdog thread's own CPU while spans are open (idle cost).
+
+Per-rank features (a second table): a worker span with its memory peak (``rl.memory.*``: reset
+``/proc/self/clear_refs``, read ``VmHWM``; target < 5 µs over the span on a CPU) and its FLOPs
+attributes, each off (the span's group off: nothing measurable over the bare no-op span) and on;
+and one straggler-watch observation of a two-rank call (once per call, on the driver).
 """
 
 from __future__ import annotations
@@ -224,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     import_ms, python_ms = _import_cost(runs=7)
     provider.shutdown()
 
+    ranks = _rank_features(spec, provider, args.number, args.rounds)
     floor_ns, sdk_ns = best[cases[0][0]], best[cases[-1][0]]
     print(f"\n{'case':44} {'ns/block':>9} {'x floor':>8} {'x raw SDK':>10}")
     print("-" * 74)
@@ -270,7 +276,87 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"import spanspec       {import_ms - python_ms:6.1f} ms over bare python ({python_ms:.0f} ms)"
     )
+    print(f"\n{'per-rank features':52} {'ns/block':>9} {'over span':>10}")
+    print("-" * 74)
+    for label, (ns, base) in ranks.items():
+        print(f"{label:52} {ns:9.0f} {ns - base:+10.0f}")
+    print("-" * 74)
+    memory_us = (ranks[MEMORY_ON][0] - ranks[MEMORY_ON][1]) / 1e3
+    print(
+        f"memory peak per span  {memory_us:6.2f} µs (target < 5) {'ok' if memory_us < 5 else 'MISSED'}"
+    )
     return 0
+
+
+WORKER = "rl.worker.optimizer_step"  # group policy_update; declares rl.memory.*
+MEMORY_ON = "worker span on, + memory peak"
+
+
+def _rank_features(spec, provider, number: int, rounds: int) -> dict[str, tuple[float, float]]:
+    """ns per block of a worker span with the per-rank features, and of the same span without
+    them (label -> (ns, ns of the bare span))."""
+    from nemo_rl.models.policy.worker import _annotate_work
+    from nemo_rl.telemetry.resources import (
+        current_rss,
+        peak_memory,
+        reset_rss_high_water_mark,
+        rss_high_water_mark,
+    )
+    from nemo_rl.telemetry.stragglers import StragglerWatch
+
+    attrs = {"rl.worker.rank": 0}
+
+    def bare() -> None:
+        with spanspec.span(WORKER, **attrs):
+            pass
+
+    def memory() -> None:
+        with spanspec.span(WORKER, **attrs) as s, peak_memory(s):
+            pass
+
+    def flops() -> None:
+        with spanspec.span("rl.worker.train_microbatch", **{"rl.micro_batch": 0}) as s:
+            _annotate_work(s, 1024, 6_000_000_000, 0.01)
+
+    def flops_bare() -> None:
+        with spanspec.span("rl.worker.train_microbatch", **{"rl.micro_batch": 0}):
+            pass
+
+    watch = StragglerWatch(out=lambda line: None)
+    times = [1.0, 1.05]
+
+    def observe() -> None:
+        watch.observe("policy", "rl.worker.train_microbatch", times, str)
+
+    def observe_one() -> None:
+        watch.observe("policy", "rl.worker.train_microbatch", times[:1], str)
+
+    def nothing() -> None:
+        pass
+
+    def syscalls() -> None:  # what PeakMemory adds, without the span and its annotate
+        reset_rss_high_water_mark()
+        current_rss()
+        rss_high_water_mark()
+
+    cases = {
+        "worker span off, + memory peak": ("default", memory, bare, number),
+        "worker span off, + FLOPs attributes": ("default", flops, flops_bare, number),
+        MEMORY_ON: ("policy_update", memory, bare, number // 10),
+        "worker span on, + FLOPs attributes": ("policy_update", flops, flops_bare, number // 10),
+        "  memory: clear_refs + statm + getrusage alone": ("default", syscalls, nothing, number),
+        "straggler watch, one rank (a call)": ("default", observe_one, nothing, number),
+        "straggler watch, two ranks (a call)": ("default", observe, nothing, number // 10),
+    }
+    best: dict[str, list[float]] = {label: [float("inf")] * 2 for label in cases}
+    for _ in range(rounds):
+        for label, (groups, body, base, n) in cases.items():
+            spanspec.deactivate()
+            spanspec.activate(spec, groups=groups, tracer_provider=provider, env_var=None)
+            best[label][0] = min(best[label][0], _ns_per_block(body, n, 1))
+            best[label][1] = min(best[label][1], _ns_per_block(base, n, 1))
+    spanspec.deactivate()
+    return {label: (ns, base) for label, (ns, base) in best.items()}
 
 
 if __name__ == "__main__":

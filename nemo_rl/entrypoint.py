@@ -41,7 +41,10 @@ from nemo_rl.telemetry import (
     init_telemetry_driver,
     job_cost,
     shutdown_telemetry,
+    stragglers,
 )
+from nemo_rl.telemetry.breakdown import rank_section
+from nemo_rl.telemetry.config import STRAGGLER_THRESHOLD
 from nemo_rl.utils import logger_backends
 from nemo_rl.utils.config import ConfigError, load_config
 from nemo_rl.utils.logger_backends import BackendError
@@ -133,6 +136,8 @@ def _run_loop(loop: Loop, argv: Sequence[str] | None, doc: str | None) -> int:
     if any(d.startswith("file ") for d in planned_destinations(settings)["traces"]):
         tags["rl.trace_file"] = trace_file  # where the traces are kept, if in a file
     backends.set_tags(tags)
+    threshold = settings.extra.get("straggler_threshold", STRAGGLER_THRESHOLD.default)
+    stragglers.configure(threshold)
     terminate = _Terminate()
     try:
         with terminate:
@@ -165,6 +170,9 @@ def _run_loop(loop: Loop, argv: Sequence[str] | None, doc: str | None) -> int:
     trained = any(result.summary.curves.values())  # a finished run run again trains nothing
     if trained and settings.enabled and "file" in settings.exporters and os.path.exists(trace_file):
         print(step_breakdown(trace_file, run_id=settings.run_id))
+        peak = cfg.cluster.peak_flops_per_worker if hasattr(cfg, "cluster") else None
+        if section := rank_section(trace_file, settings.run_id, threshold, peak):
+            print(section)
         if loop.report is not None:
             print(loop.report(trace_file, settings.run_id))
         print(f"traces: {trace_file}  (view a step: spanspec view {trace_file})")

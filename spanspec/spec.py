@@ -175,6 +175,9 @@ class Conventions:
     by that value alone."""
     report_attributes: tuple[str, ...] = ()
     """Resource attributes a report's header shows."""
+    peak_attributes: tuple[str, ...] = ()
+    """Numeric span attributes holding a peak (memory high-water marks): readers show their
+    maximum per phase and lane."""
 
     @property
     def env_prefixes(self) -> tuple[str, ...]:

@@ -537,7 +537,7 @@ def async_grpo_train(s: AsyncGRPOSetup) -> RunSummary:
             {**queue, "dropped_stale": dropped, "trajectory_age": age}, step=done, prefix="async"
         )
         last_depth = depth
-        common.log_step(s.logger, done, metrics, timing, step_time)
+        common.log_step(s.logger, done, metrics, timing, step_time, train_metrics)
         summary.add({"reward": metrics["reward_mean"]})
     return summary
 

@@ -122,6 +122,9 @@ class ClusterConfig(BaseModel):
     placement: Placement = "pack"
     """Where a role's ranks go: ``pack`` fills a node before the next, ``spread`` puts them on
     different nodes."""
+    peak_flops_per_worker: float | None = Field(None, gt=0.0)
+    """Peak FLOP/s of one rank's device, for MFU; None: the known peak of its GPU by name, and
+    MFU unknown on a CPU."""
 
 
 @dataclass(frozen=True)
@@ -401,6 +404,7 @@ def spawn_policy(
         num_cpus=cluster.worker_num_cpus,
         num_gpus=worker_num_gpus(cluster),
         placement=cluster.placement,
+        peak_flops_per_worker=cluster.peak_flops_per_worker,
     )
 
 
@@ -705,18 +709,25 @@ def log_validation(
     summary.validation.append((step, metrics))
 
 
+RANK_METRICS = ("flops", "flops_per_sec", "mfu", "rank_wait_s")
+"""What ``PolicyGroup.train`` adds about the ranks and the hardware, logged as given."""
+
+
 def log_step(
     logger: Logger,
     done: int,
     metrics: dict[str, float],
     timing: dict[str, float],
     step_time: float,
+    train_metrics: dict[str, float] | None = None,
 ) -> None:
     """Logs a finished step's ``train/`` metrics (adding ``tokens_per_sec`` when ``num_tokens`` is
-    there) and its ``timing/`` seconds per phase, and moves the progress bar (with the reward
+    there, and the :data:`RANK_METRICS` of ``train_metrics``: model FLOPs, FLOP/s, MFU where the
+    peak is known, the ranks' wait for the slowest) and its ``timing/`` seconds per phase, and moves the progress bar (with the reward
     where the loop has one)."""
     if "num_tokens" in metrics:
         metrics["tokens_per_sec"] = metrics["num_tokens"] / max(step_time, 1e-9)
+    metrics.update({k: v for k, v in (train_metrics or {}).items() if k in RANK_METRICS})
     logger.log(metrics, step=done, prefix="train")
     logger.log(timing, step=done, prefix="timing")
     logger.progress(done, metrics.get("reward_mean"), metrics["loss"], step_time)

@@ -357,7 +357,9 @@ def distillation_train(s: DistillationSetup) -> RunSummary:
             **{k: train_metrics[k] for k in ("loss", "grad_norm", "lr")},
             "num_tokens": common.num_tokens(out),
         }
-        common.log_step(s.logger, done, metrics, timing, timing["rl.distillation.step"])
+        common.log_step(
+            s.logger, done, metrics, timing, timing["rl.distillation.step"], train_metrics
+        )
         summary.add({"kl_to_teacher": kl_to_teacher, "reward": metrics["reward_mean"]})
     return summary
 

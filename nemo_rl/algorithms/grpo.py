@@ -246,7 +246,7 @@ def grpo_train(s: GRPOSetup) -> RunSummary:
         # LOG: after the step span closed, so the step's own time is known.
         timing = timer.take()
         metrics = step_metrics(rewards, exact, out["response_mask"], train_metrics, num_tokens)
-        common.log_step(s.logger, done, metrics, timing, timing["rl.grpo.step"])
+        common.log_step(s.logger, done, metrics, timing, timing["rl.grpo.step"], train_metrics)
         summary.add({"reward": metrics["reward_mean"]})
     return summary
 

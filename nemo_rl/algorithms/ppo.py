@@ -296,7 +296,7 @@ def ppo_train(s: PPOSetup) -> RunSummary:
         for key in ("grad_norm", "lr"):
             if key in policy_metrics:
                 metrics[key] = policy_metrics[key]
-        common.log_step(s.logger, done, metrics, timing, timing["rl.ppo.step"])
+        common.log_step(s.logger, done, metrics, timing, timing["rl.ppo.step"], policy_metrics)
         summary.add({"reward": metrics["reward_mean"], "value_loss": metrics["value_loss"]})
     return summary
 

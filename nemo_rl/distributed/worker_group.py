@@ -125,6 +125,8 @@ class WorkerGroup:
             for info in self.infos
         ]
         self._broken = False  # a rank died: the others may be stuck in a collective
+        self.last_seconds: list[float] = [0.0] * num_workers
+        """Seconds from the last gathered call until each rank's answer (rank order)."""
         self._where: list[_Where | None] = [None] * num_workers
         wheres = self._gather([a.__ray_call__.remote(_where) for a in self.actors], "starting")
         for rank, (actor, where) in enumerate(zip(self.actors, wheres, strict=True)):
@@ -185,11 +187,14 @@ class WorkerGroup:
         index = {ref: i for i, ref in enumerate(refs)}
         results: list[Any] = [None] * len(refs)
         pending = list(refs)
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        began = time.monotonic()
+        deadline = None if timeout_s is None else began + timeout_s
+        seconds = [0.0] * len(refs)
         while pending:
             ready, pending = ray.wait(pending, num_returns=1, timeout=1.0)
             for ref in ready:
                 rank = index[ref]
+                seconds[rank] = time.monotonic() - began
                 try:
                     results[rank] = ray.get(ref)
                 except RayTaskError:
@@ -209,6 +214,8 @@ class WorkerGroup:
                 raise WorkerDied(
                     f"{self.name}: no answer to {what} from {late} in {timeout_s:.0f} s"
                 )
+        if len(refs) == self.size:
+            self.last_seconds = seconds
         return results
 
     # -- the end ------------------------------------------------------------------------------

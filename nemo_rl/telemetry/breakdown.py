@@ -5,8 +5,9 @@ generation with training, is here."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from spanspec.traces.breakdown import Breakdown, PhaseTime, compute_breakdown, step_breakdown
 
@@ -18,8 +19,78 @@ __all__ = [
     "collector_report",
     "compute_breakdown",
     "compute_collector_breakdown",
+    "name_rank",
+    "rank_section",
     "step_breakdown",
 ]
+
+
+# -- ranks: the straggler, the time lost to it, each phase's peak memory ---------------------------
+
+
+def name_rank(label: str, resource: Mapping[str, Any]) -> str:
+    """``policy rank 1 (node 3f2a9c01, pid 4711)``: a lane named as the run's messages name a
+    rank (``label`` when the resource does not say)."""
+    group, rank = resource.get("rl.worker.group"), resource.get("rl.worker.rank")
+    if group is None or rank is None:
+        return label
+    node = str(resource.get("rl.worker.node") or "?")[:8]
+    pid = resource.get("process.pid")
+    return f"{group} rank {rank} (node {node}" + (f", pid {pid})" if pid is not None else ")")
+
+
+def rank_section(
+    trace_file: str, run_id: str | None, threshold: float, peak_flops: float | None = None
+) -> str:
+    """The end-of-run section after the breakdown (:mod:`spanspec.traces.ranks`): per worker
+    phase of a group with several ranks the median and slowest rank, the time lost to the slowest
+    rank, a ``straggler: <group> rank N ...`` line for each straggler (none for the others), and
+    the peak memory per phase and rank; then each rank's achieved model FLOP/s and tokens/s in
+    its training micro-batches, with MFU where ``peak_flops`` (``cluster.peak_flops_per_worker``)
+    is known. Empty when no group has several ranks and no span recorded memory or FLOPs."""
+    from spanspec.registry import load
+    from spanspec.traces import otlp_json
+    from spanspec.traces.ranks import compute_ranks
+
+    def spans() -> Iterator[Any]:  # read twice, in one pass each: memory holds aggregates
+        for s in otlp_json.TraceStream([trace_file]).merged():
+            if run_id is None or s.resource.get("rl.run_id") == run_id:
+                yield s
+
+    report = compute_ranks(spans(), load(), threshold)
+    return "\n".join(t for t in (report.format(name_rank), _flops_lines(spans(), peak_flops)) if t)
+
+
+def _flops_lines(spans: Iterable[Any], peak: float | None) -> str:
+    """Each rank's model FLOP/s and tokens/s over its ``rl.worker.train_microbatch`` spans."""
+    per_rank: dict[str, list[float]] = {}
+    gpu = False
+    for s in spans:
+        if s.name != "rl.worker.train_microbatch" or "rl.flops" not in s.attributes:
+            continue
+        gpu = gpu or "rl.memory.cuda_peak_allocated_bytes" in s.attributes
+        who = name_rank(str(s.resource.get("rl.worker.rank", "?")), s.resource).split(" (")[0]
+        row = per_rank.setdefault(who, [0.0, 0.0, 0.0])
+        row[0] += float(s.attributes["rl.flops"])
+        row[1] += float(s.attributes.get("rl.num_tokens", 0))
+        row[2] += s.duration_ns / 1e9
+    if not per_rank:
+        return ""
+    lines = ["model FLOPs of the training micro-batches (6 x params x tokens + attention):"]
+    for who, (flops, tokens, seconds) in sorted(per_rank.items()):
+        rate = flops / max(seconds, 1e-9)
+        mfu = f", MFU {rate / peak:.1%}" if peak else ""
+        lines.append(
+            f"  {who}: {flops:.3g} FLOPs, {rate:.3g} FLOP/s, {tokens / max(seconds, 1e-9):.0f} "
+            f"tokens/s{mfu}"
+        )
+    if not peak:
+        lines.append(
+            "  MFU: see the rl.mfu metric (the GPU's known peak)"
+            if gpu
+            else "  MFU unknown: no GPU and no cluster.peak_flops_per_worker (achieved FLOP/s above)"
+        )
+    return "\n".join(lines)
 
 
 # -- async GRPO: the collector's side and the overlap -------------------------------------------

@@ -38,18 +38,32 @@ from spanspec.settings import (
     field_spec,
     load_settings,
     parse_bool,
+    parse_float,
 )
 from spanspec.spec import Spec
 
-__all__ = ["RL_FIELDS", "VLLM_NATIVE_TRACING", "TelemetryConfig", "read_settings"]
+__all__ = [
+    "RL_FIELDS",
+    "STRAGGLER_THRESHOLD",
+    "VLLM_NATIVE_TRACING",
+    "TelemetryConfig",
+    "read_settings",
+]
 _UNSET: Any = object()
 
 VLLM_NATIVE_TRACING = FieldSpec(
     "vllm_native_tracing", parse_bool, False, "Also switch on vLLM's own OpenTelemetry spans."
 )
+STRAGGLER_THRESHOLD = FieldSpec(
+    "straggler_threshold",
+    parse_float(0.0, None, low_open=True),
+    0.10,
+    "A rank slowest of its group by more than this share over the median, in at least half of "
+    "the recent steps, is named a straggler.",
+)
 # nemo_rl's own settings, after spanspec's: read from NEMO_RL_OTEL_*, checked, printed and
 # handed to workers like them (Settings.extra).
-RL_FIELDS: tuple[FieldSpec, ...] = (VLLM_NATIVE_TRACING,)
+RL_FIELDS: tuple[FieldSpec, ...] = (VLLM_NATIVE_TRACING, STRAGGLER_THRESHOLD)
 _RL_BY_NAME = {f.name: f for f in RL_FIELDS}
 
 
@@ -135,6 +149,7 @@ class TelemetryConfig(BaseModel):
     watchdog: bool = _field("watchdog")
     # nemo_rl's own (RL_FIELDS), after spanspec's.
     vllm_native_tracing: bool = _field("vllm_native_tracing")
+    straggler_threshold: float = _field("straggler_threshold", gt=0, allow_inf_nan=False)
 
     @model_validator(mode="before")
     @classmethod

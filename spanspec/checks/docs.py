@@ -102,6 +102,7 @@ def _conventions(c: Conventions) -> list[str]:
         [_code("lane_attributes"), codes(c.lane_attributes), "resource attributes naming a lane"],
         [_code("main_lane"), one(c.main_lane), "the main process's lane, drawn first"],
         [_code("report_attributes"), codes(c.report_attributes), "shown in a report's header"],
+        [_code("peak_attributes"), codes(c.peak_attributes), "peaks shown per phase and lane"],
     ]
     return [
         "## Conventions",

@@ -33,6 +33,14 @@ def add(commands: Any) -> None:
         help="the run's logged scalars, JSON lines of {step, key: value} (default: the "
         "metrics.jsonl of step rows next to the traces); their curves are drawn",
     )
+    report.add_argument(
+        "--straggler-threshold",
+        metavar="SHARE",
+        type=_share,
+        default=None,
+        help="a lane slowest of its group by more than this share over the median in at least "
+        "half of the steps is a straggler (default 0.1)",
+    )
     add_registry_option(report, traces=True)
     report.set_defaults(run=run)
 
@@ -51,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
             run_id=args.run_id,
             baseline=args.baseline,
             metrics_file=args.metrics,
+            straggler_threshold=args.straggler_threshold,
         )
     except ReportError as exc:
         raise UsageError(str(exc)) from None
@@ -62,4 +71,16 @@ def run(args: argparse.Namespace) -> int:
         f"{len(data['curves'])} metric curves"
         + (f"; against baseline run {data['baseline']['run_id'] or '-'}" if args.baseline else "")
     )
+    for line in data["ranks"]["stragglers"]:
+        print(line)
     return 0
+
+
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value != value or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number > 0 (e.g. 0.1), got {text!r}")
+    return value

@@ -409,7 +409,7 @@ def _conventions(
         _declared(
             decl.run_attribute, "run_attribute", attributes, report, (*where, "run_attribute")
         )
-    for key in ("lane_attributes", "report_attributes"):
+    for key in ("lane_attributes", "report_attributes", "peak_attributes"):
         seen: set[str] = set()
         for i, name in enumerate(getattr(decl, key)):
             loc = (*where, key, i)
@@ -443,6 +443,7 @@ def _conventions(
         lane_attributes=tuple(decl.lane_attributes),
         main_lane=decl.main_lane,
         report_attributes=tuple(decl.report_attributes),
+        peak_attributes=tuple(decl.peak_attributes),
     )
 
 

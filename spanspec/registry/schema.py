@@ -216,6 +216,11 @@ class ConventionsDecl(_Strict):
         default_factory=list,
         description="Declared resource attributes a report's header shows (e.g. the model).",
     )
+    peak_attributes: list[AttributeKey] = Field(
+        default_factory=list,
+        description="Declared numeric span attributes that hold a peak (e.g. memory high-water "
+        "marks): the breakdown and the report show their maximum per phase and lane.",
+    )
 
 
 class Registry(_Strict):

@@ -35,6 +35,7 @@ from spanspec.spec import Spec
 from spanspec.traces.breakdown import Breakdown, BreakdownFold
 from spanspec.traces.curves import find_metrics_file, metric_curves, read_rows, step_offset
 from spanspec.traces.otlp_json import TRACE_FILE, SpanRecord, TraceStream, trace_files
+from spanspec.traces.ranks import RankFold, RankReport, heat_map_html, pick_phase
 from spanspec.traces.steps import StepCollector, StepTimes
 from spanspec.traces.timeline import lane_of, pack_tracks
 
@@ -97,8 +98,9 @@ class _RunPage:
     """What the page keeps of one run while the spans stream by: aggregates, and the waterfall
     rows of a bounded set of steps (the first ones and the slowest)."""
 
-    def __init__(self, first_start: int) -> None:
+    def __init__(self, first_start: int, ranks: RankFold) -> None:
         self.first_start = first_start
+        self.ranks = ranks
         self.steps: list[dict[str, Any]] = []
         self.breakdown = BreakdownFold()
         self.rows: dict[int, list[dict[str, Any]]] = {}
@@ -110,7 +112,11 @@ class _RunPage:
 
 
 def report_data(
-    spans: Iterable[SpanRecord], spec: Spec, run_id: str | None = None, title: str | None = None
+    spans: Iterable[SpanRecord],
+    spec: Spec,
+    run_id: str | None = None,
+    title: str | None = None,
+    straggler_threshold: float | None = None,
 ) -> dict[str, Any]:
     """Everything the page shows, as JSON-ready data, folded over the spans in one pass.
 
@@ -125,7 +131,9 @@ def report_data(
 
     Returns:
         The page's data: ``run_id``, ``runs``, ``header`` (resource attribute -> value),
-        ``lanes``, ``breakdown``, ``steps``, ``slowest``...
+        ``lanes``, ``breakdown``, ``steps``, ``slowest``, ``ranks`` (the heat map of lanes x
+        steps of the most skewed worker phase, and a line per straggler; see
+        :mod:`spanspec.traces.ranks`)...
 
     Raises:
         ReportError: when ``run_id`` is not in the spans, or the registry names no run attribute.
@@ -146,7 +154,7 @@ def report_data(
         rid = rid if isinstance(rid, str) else None
         page = pages.get(rid)
         if page is None:
-            page = pages[rid] = _RunPage(start)
+            page = pages[rid] = _RunPage(start, RankFold(spec, *_threshold(straggler_threshold)))
         page.first_start = min(page.first_start, start)
         return page
 
@@ -182,6 +190,7 @@ def report_data(
                 keep = True
         if keep:
             page.rows[index] = _waterfall(step, members, conventions, bucket_of)
+        page.ranks.add(step, members)
 
     collector = StepCollector(spec, on_step=on_step)
     for s in spans:
@@ -202,7 +211,7 @@ def report_data(
         run_id = runs[-1]
     if run_id is not None and run_id not in runs:
         raise ReportError(f"run id {run_id!r} is not in the files; runs: {', '.join(runs)}")
-    page = pages.get(run_id) or _RunPage(0)
+    page = pages.get(run_id) or _RunPage(0, RankFold(spec, *_threshold(straggler_threshold)))
     all_lanes = sorted(page.lanes.values(), key=lambda lane: lane.order)
     lane_index = {lane.key: i for i, lane in enumerate(all_lanes)}
     order = sorted(range(len(page.steps)), key=lambda i: page.steps[i]["start_unix_nano"])
@@ -229,6 +238,26 @@ def report_data(
         "steps": steps,
         "slowest": slowest,
         "waterfalls": {"first": WATERFALLS_FIRST, "slowest": WATERFALLS_SLOWEST},
+        "ranks": _ranks_json(page.ranks.result()),
+    }
+
+
+def _threshold(threshold: float | None) -> tuple[float, ...]:
+    return (threshold,) if threshold else ()
+
+
+def _ranks_json(ranks: RankReport) -> dict[str, Any]:
+    picked = pick_phase(ranks)
+    return {
+        "phase": picked.phase if picked else None,
+        "stragglers": [
+            f"straggler: {s.lane} is {s.percent_slower:.0f}% slower than the median in {s.phase}, "
+            f"the slowest in {s.slow_steps} of {s.steps} steps"
+            for s in ranks.stragglers()
+        ],
+        "lost_s": ranks.lost_s,
+        "peaks": ranks.peaks,
+        "html": heat_map_html(ranks),
     }
 
 
@@ -274,10 +303,15 @@ def render_report(data: dict[str, Any]) -> str:
     template = (
         resources.files("spanspec.traces").joinpath("report_template.html").read_text("utf-8")
     )
+    ranks = data.get("ranks", {}).get("html", "")
+    if ranks:  # drawn once, as HTML, not again inside the JSON
+        data = {**data, "ranks": {k: v for k, v in data["ranks"].items() if k != "html"}}
     # Inside <script> no string may end the element or open a comment: see script_json.
     payload = script_json(data)
-    return template.replace("{{TITLE}}", html.escape(str(data["title"]))).replace(
-        "{{DATA}}", payload
+    return (
+        template.replace("{{TITLE}}", html.escape(str(data["title"])))
+        .replace("{{RANKS}}", ranks)
+        .replace("{{DATA}}", payload)
     )
 
 
@@ -288,6 +322,7 @@ def write_report(
     run_id: str | None = None,
     baseline: str | os.PathLike[str] | None = None,
     metrics_file: str | os.PathLike[str] | None = None,
+    straggler_threshold: float | None = None,
 ) -> dict[str, Any]:
     """Read the traces PATH names, write the HTML report to ``out``; return the report's data.
 
@@ -312,7 +347,9 @@ def write_report(
         spec = spec([first] if first is not None else [])
     spec = spec or _load()
     stream = TraceStream(files)  # one pass: memory bounded by what the page keeps
-    data = report_data(stream.merged(), spec, run_id=run_id)
+    data = report_data(
+        stream.merged(), spec, run_id=run_id, straggler_threshold=straggler_threshold
+    )
     bad = [f for f in stream.findings if f.level == "violation"]
     if bad:
         raise ReportError(str(bad[0]))

@@ -33,9 +33,11 @@ PAGES = [
     GUIDE / "backends.md",
     GUIDE / "scale.md",
     GUIDE / "watchdog.md",
+    GUIDE / "ranks_memory_flops.md",
     GUIDE / "vllm.md",
     GUIDE / "extending.md",
     GUIDE / "instrumenting.md",
+    GUIDE / "troubleshooting.md",
     GUIDE / "nemo-lens.md",
     ROOT / "nemo_rl" / "telemetry" / "README.md",
 ]
@@ -86,7 +88,9 @@ def test_the_nemo_lens_page_names_only_what_we_emit():
 
 def test_the_guide_names_its_pages_and_has_commands():
     assert {p.name for p in GUIDE.glob("*.md")} - {"reference.md"} <= {p.name for p in PAGES}
-    assert all(commands(p) for p in PAGES if p.name not in ("reference.md", "scale.md"))
+    assert all(commands(p) for p in PAGES if p.name not in ("reference.md", "scale.md")), [
+        p.name for p in PAGES if not commands(p)
+    ]
 
 
 @pytest.fixture(scope="module")

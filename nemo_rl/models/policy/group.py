@@ -19,6 +19,8 @@ from nemo_rl.distributed import WorkerGroup
 from nemo_rl.distributed.batches import concat_rows, split_minibatches, split_rows
 from nemo_rl.distributed.worker_group import Placement
 from nemo_rl.models.policy.worker import LossFunction, PolicyConfig, PolicyWorker, TrainStats
+from nemo_rl.telemetry.resources import peak_flops
+from nemo_rl.telemetry.stragglers import watch
 from spanspec.export import TelemetryCost
 
 __all__ = ["PolicyGroup", "SharedBatch"]
@@ -62,8 +64,10 @@ class PolicyGroup:
         num_cpus: float = 1.0,
         num_gpus: float = 0.0,
         placement: Placement = "pack",
+        peak_flops_per_worker: float | None = None,
     ) -> None:
         self.cfg = cfg
+        self.peak_flops_per_worker = peak_flops_per_worker
         self._weight_bytes: int | None = None
         self.workers = WorkerGroup(
             PolicyWorker,
@@ -90,10 +94,23 @@ class PolicyGroup:
 
     def train(self, batch: Batch) -> dict[str, float]:
         """One update on ``batch`` (every rank its share of each mini-batch); returns the step's
-        metrics over the whole batch (see ``TrainStats.merge``)."""
+        metrics over the whole batch (see ``TrainStats.merge``), with ``mfu`` (achieved FLOP/s
+        per rank over the rank's peak) where the peak is known.
+
+        With several ranks, each rank's micro-batch time goes to the straggler watch."""
         shards = split_minibatches(batch, self.size, self.cfg.train_global_batch_size)
         stats: Sequence[TrainStats] = self.workers.run_sharded("train", shards)
-        return TrainStats.merge(stats)
+        watch().observe(
+            self.workers.name,
+            "rl.worker.train_microbatch",
+            [s.busy_s for s in stats],
+            self.workers.describe,
+        )
+        metrics = TrainStats.merge(stats)
+        peak = peak_flops(stats[0].device, self.peak_flops_per_worker)
+        if peak and "flops_per_sec" in metrics:
+            metrics["mfu"] = metrics["flops_per_sec"] / (peak * self.size)
+        return metrics
 
     def get_logprobs(self, batch: Batch | SharedBatch) -> torch.Tensor:
         """``[B, T]`` log-probs of the batch's tokens under the current model."""
@@ -113,7 +130,11 @@ class PolicyGroup:
 
     def _scored(self, method: str, batch: Batch | SharedBatch) -> torch.Tensor:
         shared = batch if isinstance(batch, SharedBatch) else SharedBatch(batch)
-        return concat_rows(self.workers.run_sharded(method, shared.refs(self.size)))
+        rows = self.workers.run_sharded(method, shared.refs(self.size))
+        watch().observe(
+            self.workers.name, "rl.worker.logprob", self.workers.last_seconds, self.workers.describe
+        )
+        return concat_rows(rows)
 
     def state_dict_ref(self) -> Any:
         """Rank 0's weights as an ``ObjectRef`` (every rank holds the same), to hand to the

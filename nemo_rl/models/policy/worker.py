@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -56,6 +57,7 @@ from nemo_rl.models.pretrained import (
     model_label,
     save_folder,
 )
+from nemo_rl.telemetry.resources import flops_shape, model_flops, peak_memory
 from spanspec.export import TelemetryCost
 
 __all__ = ["LossFunction", "PolicyConfig", "PolicyWorker", "TrainStats", "read_policy_checkpoint"]
@@ -194,6 +196,17 @@ class TrainStats:
     """Forward/backward passes this rank ran, every pass counted."""
     num_tokens: float | None = None
     """Attended tokens of this rank's rows (over every ``*attention_mask``: both sides of a pair)."""
+    flops: float = 0.0
+    """Model FLOPs of this rank's forward and backward passes (see
+    :func:`nemo_rl.telemetry.resources.model_flops`), every pass counted."""
+    busy_s: float = 0.0
+    """Seconds this rank spent in its micro-batches (forward and backward), its own work."""
+    wait_s: float = 0.0
+    """Seconds this rank spent in the gradient all-reduce (mostly waiting for the slowest rank)."""
+    elapsed_s: float = 0.0
+    """Seconds of the whole ``train`` call on this rank."""
+    device: str = "cpu"
+    """The device it trained on (``cpu``, or the CUDA device's name), for the peak FLOP/s."""
 
     def metrics(self) -> dict[str, float]:
         """Returns this rank's metrics alone (a group of one)."""
@@ -216,6 +229,13 @@ class TrainStats:
         )
         if first.num_tokens is not None:
             out["num_tokens"] = sum(r.num_tokens or 0.0 for r in ranks)
+        flops = sum(r.flops for r in ranks)
+        if flops:
+            out["flops"] = flops
+            out["flops_per_sec"] = flops / max(max(r.elapsed_s for r in ranks), 1e-9)
+        if len(ranks) > 1:  # the time the faster ranks lost waiting for the slowest
+            least = min(r.wait_s for r in ranks)
+            out["rank_wait_s"] = sum(r.wait_s - least for r in ranks)
         return out
 
 
@@ -247,6 +267,7 @@ class PolicyWorker:
         if cfg.checkpoint:
             self.model.load_state_dict(read_policy_checkpoint(cfg.checkpoint)["model"])
         self.model.to(self.device)
+        self.flops_shape = flops_shape(self.model)  # (N, layers, hidden) for model FLOPs
         # The reference is the model as it starts; frozen, it anchors a KL term or a DPO margin.
         self.reference = (
             copy.deepcopy(self.model).eval().requires_grad_(False) if reference else None
@@ -294,31 +315,45 @@ class PolicyWorker:
         size = next(iter(batch.values())).shape[0]
         local_gbs = max(1, self.cfg.train_global_batch_size // self.info.world_size)
         mbs = self.cfg.train_micro_batch_size
-        stats = TrainStats(sums={"loss": 0.0}, count=0.0)
+        stats = TrainStats(sums={"loss": 0.0}, count=0.0, device=self._device_name())
+        began = time.perf_counter()
         starts = [s for _ in range(self.cfg.train_passes) for s in range(0, size, local_gbs)]
         for start in starts:
             mini = {k: v[start : start + local_gbs] for k, v in batch.items()}
             mini_count = 0.0
             for m_start in range(0, len(next(iter(mini.values()))), mbs):
                 mb = {k: v[m_start : m_start + mbs].to(self.device) for k, v in mini.items()}
-                with spanspec.span(
-                    "rl.worker.train_microbatch",
-                    **{
-                        "rl.micro_batch": stats.num_micro_batches,
-                        "rl.batch_size": len(next(iter(mb.values()))),
-                        "rl.worker.rank": self.rank,
-                    },
+                tokens, seq_len = _tokens(mb)
+                flops = model_flops(self.flops_shape, tokens, seq_len, training=True)
+                with (
+                    spanspec.span(
+                        "rl.worker.train_microbatch",
+                        **{
+                            "rl.micro_batch": stats.num_micro_batches,
+                            "rl.batch_size": len(next(iter(mb.values()))),
+                            "rl.worker.rank": self.rank,
+                        },
+                    ) as span,
+                    peak_memory(span),
                 ):
+                    start = time.perf_counter()
                     loss, loss_stats = loss_fn(self.model, mb)
                     loss.backward()  # a sum: divided by the global count once all ranks add up
+                    busy = time.perf_counter() - start
+                    _annotate_work(span, tokens, flops, busy)
+                stats.busy_s += busy
+                stats.flops += flops
                 stats.sums["loss"] += float(loss.detach())
                 for key, value in loss_stats.items():
                     stats.sums[key] = stats.sums.get(key, 0.0) + float(value)
                 mini_count += float(loss_fn.normalizer(mb))
                 stats.num_micro_batches += 1
             stats.count += mini_count
-            self._average_gradients(mini_count)
-            with spanspec.span("rl.worker.optimizer_step", **{"rl.worker.rank": self.rank}):
+            stats.wait_s += self._average_gradients(mini_count)
+            with (
+                spanspec.span("rl.worker.optimizer_step", **{"rl.worker.rank": self.rank}) as span,
+                peak_memory(span),
+            ):
                 grad_norm = torch.nn.utils.clip_grad_norm_(
                     self.model.parameters(), self.cfg.max_grad_norm
                 )
@@ -330,24 +365,35 @@ class PolicyWorker:
         masks = [v for k, v in batch.items() if k.endswith("attention_mask")]  # pairs: both sides
         if masks:
             stats.num_tokens = float(sum(m.sum() for m in masks))
+        stats.elapsed_s = time.perf_counter() - began
         return stats
 
-    def _average_gradients(self, count: float) -> None:
+    def _device_name(self) -> str:
+        return torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "cpu"
+
+    def _average_gradients(self, count: float) -> float:
         """Divides the gradients (of loss sums) by the mini-batch's count over every rank, after
-        summing them over the ranks: one all-reduce of the flattened gradients and the count."""
+        summing them over the ranks: one all-reduce of the flattened gradients and the count.
+        Returns the seconds spent in the all-reduce (0 for a group of one)."""
         params = [p for p in self.model.parameters() if p.requires_grad]
+        waited = 0.0
         if self.info.world_size > 1:
             grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
             total = torch.tensor([count], dtype=grads[0].dtype, device=self.device)
             flat = torch.cat([*(g.reshape(-1) for g in grads), total])
-            with spanspec.span(
-                "rl.worker.allreduce",
-                **{
-                    "rl.worker.rank": self.rank,
-                    "rl.collective.num_bytes": flat.numel() * flat.element_size(),
-                },
+            with (
+                spanspec.span(
+                    "rl.worker.allreduce",
+                    **{
+                        "rl.worker.rank": self.rank,
+                        "rl.collective.num_bytes": flat.numel() * flat.element_size(),
+                    },
+                ) as span,
+                peak_memory(span),
             ):
+                start = time.perf_counter()
                 dist.all_reduce(flat)
+                waited = time.perf_counter() - start
             count = float(flat[-1])
             offset = 0
             for p in params:
@@ -358,6 +404,7 @@ class PolicyWorker:
         for p in params:
             if p.grad is not None:
                 p.grad.mul_(scale)
+        return waited
 
     @carries_trace
     @torch.no_grad()
@@ -401,15 +448,19 @@ class PolicyWorker:
         if scalar != (kind == "value"):
             raise ValueError(f"a head={self.cfg.head!r} model cannot give {kind} scores")
         lm_scores = next_token_logprobs if full else token_logprobs
-        with spanspec.span(
-            "rl.worker.logprob",
-            **{
-                "rl.batch_size": ids.shape[0],
-                # who scored: the reference copy, or this worker's own group (policy, value, teacher)
-                "rl.worker.group": kind if kind == "reference" else self.group,
-                "rl.worker.rank": self.rank,
-            },
+        with (
+            spanspec.span(
+                "rl.worker.logprob",
+                **{
+                    "rl.batch_size": ids.shape[0],
+                    # who scored: the reference copy, or this worker's own group (policy, value, teacher)
+                    "rl.worker.group": kind if kind == "reference" else self.group,
+                    "rl.worker.rank": self.rank,
+                },
+            ) as span,
+            peak_memory(span),
         ):
+            start = time.perf_counter()
             step, on = self.cfg.logprob_batch_size, self.device
             chunks = [
                 (
@@ -421,6 +472,10 @@ class PolicyWorker:
                 ).cpu()
                 for i in range(0, ids.shape[0], step)
             ]
+            if span.is_recording():
+                tokens = int(mask.sum())
+                flops = model_flops(self.flops_shape, tokens, ids.shape[1], training=False)
+                _annotate_work(span, tokens, flops, time.perf_counter() - start)
         return torch.cat(chunks)
 
     @carries_trace
@@ -473,6 +528,32 @@ class PolicyWorker:
         """Flushes this worker's telemetry; call before the actor is killed. Returns what the
         worker's telemetry cost (None in-process)."""
         return close_worker()
+
+
+def _tokens(batch: Batch) -> tuple[int, int]:
+    """Returns the attended tokens of ``batch`` (every ``*attention_mask``: both sides of a pair)
+    and its padded sequence length."""
+    masks = [v for k, v in batch.items() if k.endswith("attention_mask")]
+    if not masks:
+        ids = batch.get("input_ids")
+        return (int(ids.numel()), int(ids.shape[-1])) if ids is not None else (0, 0)
+    return int(sum(int(m.sum()) for m in masks)), int(max(m.shape[-1] for m in masks))
+
+
+def _annotate_work(span: Any, tokens: int, flops: int, seconds: float) -> None:
+    """Sets the span's tokens, model FLOPs and their rates (nothing when it is not recording)."""
+    if not span.is_recording():
+        return
+    per_s = 1.0 / max(seconds, 1e-9)
+    spanspec.annotate(
+        span,
+        **{
+            "rl.num_tokens": tokens,
+            "rl.flops": flops,
+            "rl.flops_per_second": flops * per_s,
+            "rl.tokens_per_second": tokens * per_s,
+        },
+    )
 
 
 def read_policy_checkpoint(path: str) -> dict[str, Any]:

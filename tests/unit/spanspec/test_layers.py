@@ -40,6 +40,7 @@ LAYERS: list[tuple[str, tuple[str, ...], bool]] = [
             "spanspec.watchdog",
             "spanspec._coerce",
             "spanspec.sdk_env",
+            "spanspec.skew",
         ),
         False,
     ),

@@ -53,7 +53,7 @@ def test_settings_read_under_the_registrys_prefixes(monkeypatch):
 
     env = {"NEMO_RL_OTEL_VLLM_NATIVE_TRACING": "true", "NEMO_LENS_SPAN_GROUPS": "all"}
     settings = read_settings({"exporter": "console"}, env=env)
-    assert settings.extra == {"vllm_native_tracing": True}
+    assert settings.extra == {"vllm_native_tracing": True, "straggler_threshold": 0.1}
     assert settings.sources["vllm_native_tracing"] == "env NEMO_RL_OTEL_VLLM_NATIVE_TRACING"
     assert (settings.span_groups, settings.service_name) == ("all", "nemo-rl")
     assert settings.to_env()["NEMO_RL_OTEL_VLLM_NATIVE_TRACING"] == "true"

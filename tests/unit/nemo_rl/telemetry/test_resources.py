@@ -1,0 +1,90 @@
+"""Memory peaks and model FLOPs of a worker span (nemo_rl.telemetry.resources).
+
+This machine has no GPU: the CUDA attributes (``rl.memory.cuda_peak_*``) are checked to be absent
+here; on a GPU they come from torch.cuda's peak statistics, guarded the same way."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+import spanspec
+from nemo_rl.models.causal_lm import ModelConfig, build_causal_lm
+from nemo_rl.telemetry.resources import (
+    NO_PEAK,
+    flops_shape,
+    model_flops,
+    peak_flops,
+    peak_memory,
+    rss_high_water_mark,
+)
+
+MiB = 2**20
+
+
+def _rss() -> int:
+    with open("/proc/self/status", "rb") as f:
+        text = f.read()
+    at = text.index(b"VmRSS:")
+    return int(text[at + 6 : text.index(b"kB", at)]) * 1024
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
+def test_a_block_allocated_inside_a_span_is_in_its_peak(spans):
+    before = _rss()
+    with (
+        spanspec.span("rl.worker.optimizer_step", **{"rl.worker.rank": 0}) as span,
+        peak_memory(span),
+    ):
+        block = bytearray(b"\x01") * (64 * MiB)  # written, so resident
+        del block
+    (recorded,) = spans.all()
+    peak = recorded.attributes["rl.memory.rss_peak_bytes"]
+    # The kernel counts RSS in per-thread batches (up to 64 pages each): a MiB of slack.
+    assert peak - before >= 63 * MiB, (peak, before)
+    assert recorded.attributes["rl.memory.rss_rise_bytes"] >= 63 * MiB
+    assert "rl.memory.cuda_peak_allocated_bytes" not in recorded.attributes  # no GPU here
+    # the mark was reset at the span's start: a second span without the block peaks lower
+    with (
+        spanspec.span("rl.worker.optimizer_step", **{"rl.worker.rank": 0}) as span,
+        peak_memory(span),
+    ):
+        pass
+    assert spans.all()[-1].attributes["rl.memory.rss_peak_bytes"] < peak - 32 * MiB
+    assert rss_high_water_mark() >= _rss() - MiB  # the same counters, read a moment apart
+
+
+@pytest.mark.spanspec(groups="job")
+def test_a_span_that_is_off_costs_no_measurement(spans):
+    with spanspec.span("rl.worker.optimizer_step") as span:
+        assert peak_memory(span) is NO_PEAK
+    assert len(spans) == 0
+
+
+def test_flops_match_a_hand_count_of_the_tiny_model():
+    vocab = 20
+    model = build_causal_lm(ModelConfig(), vocab, seed=0)
+    params, layers, hidden = flops_shape(model)
+    d, ff, n = 128, 384, 4
+    per_layer = 4 * d * d + 3 * d * ff + 2 * d  # q k v o, gate up down, two RMSNorms
+    assert (layers, hidden) == (n, d)
+    assert params == n * per_layer + d + vocab * d  # + final norm + lm head; embedding left out
+    tokens, seq = 100, 32
+    assert model_flops((params, layers, hidden), tokens, seq, training=True) == tokens * (
+        6 * params + 12 * n * d * seq
+    )
+    assert model_flops((params, layers, hidden), tokens, seq, training=False) == tokens * (
+        2 * params + 4 * n * d * seq
+    )
+
+
+def test_the_peak_is_configured_or_a_known_gpu_else_unknown():
+    assert peak_flops("cpu") is None  # MFU unknown on a CPU, not invented
+    assert peak_flops("cpu", 1e12) == 1e12
+    assert peak_flops("NVIDIA H100 80GB HBM3") == 989e12
+    assert peak_flops("NVIDIA H100 PCIe") == 756e12
+    assert peak_flops("NVIDIA A100-SXM4-80GB") == 312e12
+    assert peak_flops("Some Future GPU") is None
+    assert torch.cuda.is_available() is False or peak_flops(torch.cuda.get_device_name()) > 0
