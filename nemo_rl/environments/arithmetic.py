@@ -98,6 +98,14 @@ def score(response: str, answer: str, stopped: bool) -> float:
     return min(reward, _MAX_PARTIAL)
 
 
+def check_batch(responses: Sequence[str], answers: Sequence[str], stopped: Sequence[bool]) -> None:
+    """Raises ``ValueError`` unless a verifier got one answer and one stop flag per response."""
+    if not len(responses) == len(answers) == len(stopped):
+        raise ValueError(
+            f"got {len(responses)} responses, {len(answers)} answers, {len(stopped)} stop flags"
+        )
+
+
 class ArithmeticEnvironment:
     """Scores batches of responses to arithmetic prompts."""
 
@@ -105,10 +113,7 @@ class ArithmeticEnvironment:
         self, responses: Sequence[str], answers: Sequence[str], stopped: Sequence[bool]
     ) -> list[float]:
         """Returns one reward per response; raises ``ValueError`` if the lengths differ."""
-        if not len(responses) == len(answers) == len(stopped):
-            raise ValueError(
-                f"got {len(responses)} responses, {len(answers)} answers, {len(stopped)} stop flags"
-            )
+        check_batch(responses, answers, stopped)
         return [score(r, a, s) for r, a, s in zip(responses, answers, stopped, strict=True)]
 
     @staticmethod

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Protocol
 
-from nemo_rl.environments.arithmetic import ArithmeticEnvironment
+from nemo_rl.environments.arithmetic import ArithmeticEnvironment, check_batch
 
 __all__ = [
     "ENVIRONMENTS",
@@ -66,10 +66,7 @@ class _RightOrWrong:
         self, responses: Sequence[str], answers: Sequence[str], stopped: Sequence[bool]
     ) -> list[float]:
         """Returns one reward per response; raises ``ValueError`` if the lengths differ."""
-        if not len(responses) == len(answers) == len(stopped):
-            raise ValueError(
-                f"got {len(responses)} responses, {len(answers)} answers, {len(stopped)} stop flags"
-            )
+        check_batch(responses, answers, stopped)
         rows = zip(responses, answers, stopped, strict=True)
         return [float(self.is_correct(r, a, s)) for r, a, s in rows]
 

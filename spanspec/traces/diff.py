@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from spanspec.spec import Spec
-from spanspec.traces.otlp_json import TRACE_FILE, TraceStream, attribute_value, trace_files
+from spanspec.traces.otlp_json import TraceStream, attribute_value, existing_trace_files
 from spanspec.traces.stats import mann_whitney_u, median
 from spanspec.traces.steps import StepTimes, iter_steps
 
@@ -256,11 +256,10 @@ def read_run(path: str | os.PathLike[str], spec: Spec, run_id: str | None = None
         DiffError: for a missing path, no or unreadable trace files, bad lines, or no steps.
     """
     p = Path(path)
-    if not p.exists():
-        raise DiffError(f"{p}: no such file or folder (expected a {TRACE_FILE} or a run folder)")
-    files, problems = trace_files(p)
-    if problems:
-        raise DiffError(str(problems[0]))
+    try:
+        files = existing_trace_files(p)
+    except ValueError as exc:
+        raise DiffError(str(exc)) from None
     stream = TraceStream(files)
     folds: dict[str | None, _SideFold] = {}
     for step in iter_steps(stream.merged(), spec, run_id):

@@ -325,6 +325,22 @@ def trace_files(path: str | os.PathLike[str]) -> tuple[list[Path], list[Finding]
     return files, findings
 
 
+def existing_trace_files(path: str | os.PathLike[str]) -> list[Path]:
+    """The trace files PATH names, for a reader that needs at least one.
+
+    Raises:
+        ValueError: one line, when PATH does not exist, holds no trace file, or cannot be
+            looked into.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise ValueError(f"{p}: no such file or folder (expected a {TRACE_FILE} or a run folder)")
+    files, problems = trace_files(p)
+    if problems:
+        raise ValueError(str(problems[0]))
+    return files
+
+
 class TraceStream:
     """The spans of trace files, read one line at a time: memory holds one export request.
 

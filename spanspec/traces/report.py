@@ -34,7 +34,7 @@ from spanspec.files import write_atomically
 from spanspec.spec import Spec
 from spanspec.traces.breakdown import Breakdown, BreakdownFold
 from spanspec.traces.curves import find_metrics_file, metric_curves, read_rows, step_offset
-from spanspec.traces.otlp_json import TRACE_FILE, SpanRecord, TraceStream, trace_files
+from spanspec.traces.otlp_json import SpanRecord, TraceStream, existing_trace_files
 from spanspec.traces.ranks import RankFold, RankReport, heat_map_html, pick_phase
 from spanspec.traces.steps import StepCollector, StepTimes
 from spanspec.traces.timeline import lane_of, pack_tracks
@@ -54,13 +54,10 @@ def find_trace_files(path: str | os.PathLike[str]) -> list[Path]:
     Raises:
         ReportError: when PATH does not exist, holds no trace file, or cannot be looked into.
     """
-    p = Path(path)
-    if not p.exists():
-        raise ReportError(f"{p}: no such file or folder (expected a {TRACE_FILE} or a run folder)")
-    files, problems = trace_files(p)
-    if problems:
-        raise ReportError(str(problems[0]))
-    return files
+    try:
+        return existing_trace_files(path)
+    except ValueError as exc:
+        raise ReportError(str(exc)) from None
 
 
 def _breakdown_json(b: Breakdown) -> dict[str, Any]:
