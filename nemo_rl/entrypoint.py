@@ -146,7 +146,7 @@ def _run_loop(loop: Loop, argv: Sequence[str] | None, doc: str | None) -> int:
         return _fail(str(e), EXIT_BAD_INPUT, shutdown=True)
     except _worker_errors() as e:
         if terminate.received:  # the teardown after a stop signal found a worker already gone
-            return _fail(terminate.message, terminate.code, shutdown=True)
+            return _stopped(terminate, settings, lambda: _steps_done(loop, cfg, settings))
         message, code = _worker_failure(e)
         return _fail(message, code, shutdown=True)
     except WorkerDied as e:  # the loop found a worker dead or silent and said which
@@ -157,7 +157,7 @@ def _run_loop(loop: Loop, argv: Sequence[str] | None, doc: str | None) -> int:
         if not terminate.received:
             _shutdown()
             raise
-        return _fail(terminate.message, terminate.code, shutdown=True)
+        return _stopped(terminate, settings, lambda: _steps_done(loop, cfg, settings))
     stats = _shutdown()
 
     for line in result.summary.lines():
@@ -167,17 +167,8 @@ def _run_loop(loop: Loop, argv: Sequence[str] | None, doc: str | None) -> int:
     print(f"metrics: {os.path.join(cfg.logger.log_dir, 'metrics.jsonl')}")
     for line in backends.where():
         print(line)
-    trained = any(result.summary.curves.values())  # a finished run run again trains nothing
-    if trained and settings.enabled and "file" in settings.exporters and os.path.exists(trace_file):
-        print(step_breakdown(trace_file, run_id=settings.run_id))
-        peak = cfg.cluster.peak_flops_per_worker if hasattr(cfg, "cluster") else None
-        if section := rank_section(trace_file, settings.run_id, threshold, peak):
-            print(section)
-        if loop.report is not None:
-            print(loop.report(trace_file, settings.run_id))
-        print(f"traces: {trace_file}  (view a step: spanspec view {trace_file})")
-        report = os.path.join(cfg.logger.log_dir, "report.html")
-        print(f"report: spanspec report {cfg.logger.log_dir} -o {report}")
+    if any(result.summary.curves.values()):  # a finished run run again trains nothing
+        _steps_done(loop, cfg, settings)
     return 0
 
 
@@ -192,6 +183,7 @@ class _Terminate:
 
     def __init__(self) -> None:
         self.received = 0  # the signal that stopped the run, or 0
+        self.stats: ExportStats | None = None  # the driver's telemetry, flushed at the signal
         self._previous: dict[int, Any] = {}
 
     @property
@@ -217,7 +209,8 @@ class _Terminate:
         if self.received:
             return
         self.received = signum
-        shutdown_telemetry()  # bounded; open spans, the job span too, end as truncated
+        # bounded; open spans, the job span too, end as truncated; its stats make the cost line
+        self.stats = shutdown_telemetry()
         raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
@@ -232,6 +225,38 @@ def _shutdown() -> ExportStats | None:
 
     ray.shutdown()
     return shutdown_telemetry()
+
+
+def _steps_done(loop: Loop, cfg: Any, settings: Any) -> None:
+    """Where the step time of the steps that finished went, and where their traces are."""
+    trace_file = os.path.join(settings.file_dir, "traces.jsonl")
+    if not (settings.enabled and "file" in settings.exporters and os.path.exists(trace_file)):
+        return
+    print(step_breakdown(trace_file, run_id=settings.run_id))
+    threshold = settings.extra.get("straggler_threshold", STRAGGLER_THRESHOLD.default)
+    peak = cfg.cluster.peak_flops_per_worker if hasattr(cfg, "cluster") else None
+    if section := rank_section(trace_file, settings.run_id, threshold, peak):
+        print(section)
+    if loop.report is not None:
+        print(loop.report(trace_file, settings.run_id))
+    print(f"traces: {trace_file}  (view a step: spanspec view {trace_file})")
+    report = os.path.join(cfg.logger.log_dir, "report.html")
+    print(f"report: spanspec report {cfg.logger.log_dir} -o {report}")
+
+
+def _stopped(terminate: _Terminate, settings: Any, steps_done: Callable[[], None]) -> int:
+    """A run ended by a stop signal: its traces were flushed at the signal, so the steps that
+    finished are still reported (breakdown, the driver's telemetry cost, the report hint) before
+    the one error line."""
+    stats = _shutdown() or terminate.stats
+    try:
+        if settings.enabled and stats is not None:
+            print(job_cost(stats).line() + " (the driver's; the workers were stopped)")
+        steps_done()
+    except Exception as e:  # a half-written last line, a full disk: the exit code still holds
+        print(f"(no step summary: {type(e).__name__}: {e})", file=sys.stderr)
+    print(f"error: {terminate.message}", file=sys.stderr)
+    return terminate.code
 
 
 def _fail(message: str, code: int, shutdown: bool = False) -> int:

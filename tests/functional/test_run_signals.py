@@ -97,7 +97,7 @@ class Run:
         raise AssertionError(f"no {class_name} process")
 
     def finish(self, timeout: float = 120) -> tuple[int, str]:
-        self.proc.communicate(timeout=timeout)
+        self.stdout, _ = self.proc.communicate(timeout=timeout)
         return self.proc.returncode, self.stderr_path.read_text()
 
     def close(self) -> None:
@@ -133,6 +133,14 @@ def _spans(path: Path) -> list[dict]:
     return spans
 
 
+def _assert_steps_done_reported(run: Run) -> None:
+    """A stopped run still says where the time of the steps that finished went."""
+    out = run.stdout
+    assert "where the step time went" in out and "rl.grpo.policy_update" in out, out[-3000:]
+    assert "telemetry cost:" in out and "(the driver's; the workers were stopped)" in out, out
+    assert f"report: spanspec report {run.log_dir} -o {run.log_dir / 'report.html'}" in out, out
+
+
 def _assert_no_ray_left(run: Run) -> None:
     deadline = time.monotonic() + 10
     while _ray_processes(run.ray_tmp) and time.monotonic() < deadline:
@@ -159,6 +167,7 @@ def test_sigterm_to_the_driver_with_a_black_hole_collector(tmp_path, runs):
         elapsed = time.monotonic() - sent
     assert code == 143, stderr
     assert "error: terminated by SIGTERM" in stderr
+    _assert_steps_done_reported(run)
     assert "Traceback" not in stderr and "ended span" not in stderr, stderr
     # the driver's own flush is bounded; the rest is stopping workers (each bounded too) and Ray
     assert elapsed < 4 * SHUTDOWN_S + 30, elapsed
@@ -215,6 +224,7 @@ def test_sighup_and_sigint_to_the_driver_end_the_run_like_sigterm(tmp_path, runs
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
     errors = [line for line in stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and errors[0].startswith(words), stderr
+    _assert_steps_done_reported(run)
     spans = _spans(tmp_path / "run" / "telemetry" / "traces.jsonl")
     (job,) = [s for s in spans if s["name"] == "rl.grpo.job"]
     assert job["attrs"].get("spanspec.truncated") is True  # flushed and marked, not lost
