@@ -101,6 +101,8 @@ def run(args: argparse.Namespace) -> int:
             + report.coverage_table()
             + "\n"
         )
+    if args.format != "json":  # the table says it once; not again as a line per group
+        findings = [f for f in findings if (f.id, f.level) != ("live.coverage", "information")]
     return emit(findings, args, title="spanspec live-check", summary=summary, text_extra=extra)
 
 

@@ -360,10 +360,17 @@ def _coverage(
     enabled: frozenset[str] | None,
 ) -> list[Coverage]:
     """Coverage per group. Template expansions for algorithms the files never show are left out
-    of the declared count (a run of one ``{algorithm}`` cannot emit another's spans)."""
+    of the declared count (a run of one ``{algorithm}`` cannot emit another's spans), and so are
+    literal names holding such an algorithm's name."""
     declared: dict[str, list[str]] = defaultdict(list)
+    known = {e.algorithm for e in spec.spans.values() if e.algorithm}
     for name, entry in spec.spans.items():
-        if entry.algorithm and algorithms and entry.algorithm not in algorithms:
+        if algorithms and entry.algorithm and entry.algorithm not in algorithms:
+            continue
+        # A literal name holding another algorithm's name (app.train.score in a run that shows
+        # only algorithm "eval") is that algorithm's span, as a template expansion would be.
+        named = known.intersection(name.split(".")) if algorithms and not entry.algorithm else ()
+        if named and not named.intersection(algorithms):
             continue
         declared[entry.group].append(name)
     out = []

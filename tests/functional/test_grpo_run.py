@@ -191,6 +191,14 @@ def test_emitted_traces_pass_live_check(run):
         group = next(g for g, c in coverage.items() if phase in c["declared"])
         assert coverage[group]["state"] == "on" and phase in coverage[group]["seen"], phase
     assert coverage["job"]["state"] == "off" and coverage["job"]["emitted"] == 0
+    # Full coverage of the phases a GRPO run can emit (another algorithm's literal spans, such
+    # as distillation's teacher log-probs, are not counted missing); the table printed once.
+    done = spanspec_cli(
+        "live-check", str(log_dir / "telemetry"), *("--require-coverage", "logprob"),
+        *("--require-coverage", "policy_update"), *("--require-coverage", "weight_sync"),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert done.stdout.count("coverage (") == 1 and "live.coverage" not in done.stdout
 
 
 def test_the_run_folder_gives_a_report_and_a_perfetto_trace(run, tmp_path):

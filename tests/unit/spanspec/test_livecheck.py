@@ -146,6 +146,8 @@ def test_a_clean_run_has_no_violations_and_reports_coverage(spec, tmp_path):
     info = [f.message for f in report.findings if f.id == "live.coverage"]
     assert any(m.startswith("group 'generation' (on): 2 of 4 declared spans seen") for m in info)
     assert "generation" in report.coverage_table()
+    # a literal span of another algorithm is not counted missing from a GRPO run
+    assert "rl.distillation.teacher_logprob" not in coverage["logprob"].declared
 
 
 def test_undeclared_names_missing_attributes_wrong_types_and_values(spec, tmp_path):
