@@ -143,6 +143,8 @@ class MetricDef:
 # it had switched on (live-check then tells a span emitted while its group was off).
 REGISTRY_RESOURCE_ATTRIBUTE = "spanspec.registry"
 GROUPS_RESOURCE_ATTRIBUTE = "spanspec.groups"
+# A span the shutdown ended because it was still open (a stopped run): its time is partial.
+TRUNCATED_ATTRIBUTE = "spanspec.truncated"
 # The setting whose variable, ``$<env_prefix>SPAN_GROUPS``, overrides the groups at activation.
 GROUPS_OVERRIDE_NAME = "SPAN_GROUPS"
 

@@ -59,7 +59,6 @@ from spanspec.export._stats import (
     SCRUB,
     SPAN_BATCH_SIZE,
     SPAN_QUEUE_SIZE,
-    TRUNCATED_ATTRIBUTE,
     ExportStats,
     PipelineStats,
     TelemetryCost,
@@ -76,6 +75,7 @@ from spanspec.export.otlp import (
 from spanspec.export.resource import base_resource_attributes
 from spanspec.export.who import should_export
 from spanspec.settings import Settings, SettingsError
+from spanspec.spec import TRUNCATED_ATTRIBUTE
 
 _log = logging.getLogger("spanspec.export")
 

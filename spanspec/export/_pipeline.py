@@ -49,13 +49,13 @@ from spanspec.export._stats import (
     SCHEDULE_DELAY_MS,
     SPAN_BATCH_SIZE,
     SPAN_QUEUE_SIZE,
-    TRUNCATED_ATTRIBUTE,
     ExportCpu,
     PipelineStats,
     exporters_for,
 )
 from spanspec.files import not_regular_output
 from spanspec.settings import Settings, SettingsError
+from spanspec.spec import TRUNCATED_ATTRIBUTE
 from spanspec.watchdog import OpenSpan
 
 _log = logging.getLogger("spanspec.export")

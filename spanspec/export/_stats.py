@@ -24,7 +24,6 @@ SPAN_BATCH_SIZE = 1_024
 SCHEDULE_DELAY_MS = 1_000
 LOG_QUEUE_SIZE = 8_192
 METRIC_INTERVAL_MS = 10_000
-TRUNCATED_ATTRIBUTE = "spanspec.truncated"
 
 _SIGNALS = ("traces", "metrics", "logs")
 # Loggers through which the SDK reports each failed export; we let each message through once.

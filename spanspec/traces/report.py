@@ -31,7 +31,7 @@ from typing import Any
 
 from spanspec._text import script_json
 from spanspec.files import write_atomically
-from spanspec.spec import Spec
+from spanspec.spec import TRUNCATED_ATTRIBUTE, Spec
 from spanspec.traces.breakdown import Breakdown, BreakdownFold
 from spanspec.traces.curves import find_metrics_file, metric_curves, read_rows, step_offset
 from spanspec.traces.otlp_json import SpanRecord, TraceStream, existing_trace_files
@@ -173,6 +173,8 @@ def report_data(
                 "buckets": {b: v * 1e3 for b, v in times.buckets.items()},
                 "spans": [],
                 "kept": False,
+                # ended by the shutdown, not by its code (a stopped run): its time is partial
+                "truncated": step.attributes.get(TRUNCATED_ATTRIBUTE) is True,
             }
         )
         keep = index < WATERFALLS_FIRST
@@ -222,7 +224,10 @@ def report_data(
             rows.sort(key=lambda r: (r["lane"], r["row"], r["start_ms"]))
             step["spans"], step["kept"] = rows, True
         steps.append(step)
-    slowest = sorted(range(len(steps)), key=lambda i: -steps[i]["dur_ms"])[:SLOWEST]
+    # The slowest steps, and only those slower than the mean (a run of equal steps has none).
+    mean_ms = sum(s["dur_ms"] for s in steps) / len(steps) if steps else 0.0
+    slower = [i for i in range(len(steps)) if steps[i]["dur_ms"] > mean_ms]
+    slowest = sorted(slower, key=lambda i: -steps[i]["dur_ms"])[:SLOWEST]
     return {
         "title": title or f"run {run_id or 'unknown'}",
         "run_id": run_id,

@@ -123,7 +123,11 @@ def test_report_data_holds_steps_lanes_and_the_breakdown(run):
     rows = {s["name"]: s["row"] for s in step["spans"] if s["lane"] == 0}
     assert rows["rl.grpo.step"] == 0 and rows["rl.grpo.rollout"] == 1
     assert rows["rl.grpo.generation"] == 2
-    assert sorted(data["slowest"]) == [0, 1, 2]
+    # the slowest steps, slowest first, and only those slower than the mean
+    mean = sum(s["dur_ms"] for s in data["steps"]) / len(data["steps"])
+    durations = [data["steps"][i]["dur_ms"] for i in data["slowest"]]
+    assert durations and all(d > mean for d in durations) and durations == sorted(durations)[::-1]
+    assert data["steps"][0]["truncated"] is False
 
 
 def test_only_the_latest_run_unless_asked(run, tmp_path):
