@@ -46,6 +46,10 @@ class PhaseTime:
     """The processes (lanes) that ran it."""
     slowest: tuple[str, float] | None = None
     """With several ranks: the slowest one's lane and its seconds per step."""
+    steps_with: int = 0
+    """The steps it ran in (fewer than the run's for an occasional phase: evaluation)."""
+    each_s: float = 0.0
+    """Seconds per step it ran in (per occurrence, for an occasional phase)."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,8 @@ class Breakdown:
             row = f"  {label:44} {p.mean_s:8.3f} {p.share:7.1%}  {p.bucket or '-':10}"
             if p.slowest:
                 row += f"  {p.slowest[0]} {p.slowest[1]:.3f} (mean of {p.ranks} ranks)"
+            if 0 < p.steps_with < self.steps:  # averaged over every step: say how it was
+                row += f"  in {p.steps_with} of {self.steps} steps, {p.each_s:.3f} s each"
             lines.append(row.rstrip())
         summary = ", ".join(f"{b} {s:.1%}" for b, s in self.buckets.items())
         lines.append(f"  efficiency: {summary}")
@@ -96,6 +102,7 @@ class BreakdownFold:
     def __init__(self) -> None:
         self.totals: dict[tuple[str, ...], dict[str, float]] = {}
         self.counts: dict[tuple[str, ...], int] = defaultdict(int)
+        self.present: dict[tuple[str, ...], int] = defaultdict(int)  # steps a phase ran in
         self.bucket_totals: dict[str, float] = defaultdict(float)
         self.step_total = 0.0
         self.steps = 0
@@ -109,6 +116,7 @@ class BreakdownFold:
             for lane, seconds in lanes.items():
                 here[lane] = here.get(lane, 0.0) + seconds
             self.counts[path] += step.counts.get(path, 0)
+            self.present[path] += 1
         for bucket, seconds in step.buckets.items():
             self.bucket_totals[bucket] += seconds
 
@@ -118,9 +126,17 @@ class BreakdownFold:
         if not n:
             return Breakdown(0, 0.0, hint=_no_steps(spec))
 
-        def bucket_of(name: str) -> str | None:
+        def own_bucket(name: str) -> str | None:
             entry = spec.spans.get(name)
             return spec.groups[entry.group].bucket if entry else None
+
+        def bucket_of(path: tuple[str, ...]) -> str | None:
+            # Work done for an overhead (or wasted) phase is that, whatever its own group says:
+            # generation inside evaluation is overhead, as evaluation is.
+            for name in reversed(path[:-1]):
+                if (outer := own_bucket(name)) in ("overhead", "wasted"):
+                    return outer
+            return own_bucket(path[-1])
 
         phases = []
         for path in _tree_order(list(self.totals)):
@@ -134,10 +150,12 @@ class BreakdownFold:
                     depth=len(path) - 1,
                     mean_s=total / n / ranks,
                     share=total / ranks / step_total if step_total else 0.0,
-                    bucket=bucket_of(path[-1]),
+                    bucket=bucket_of(path),
                     count=self.counts[path],
                     ranks=ranks,
                     slowest=(slowest[0], slowest[1] / n) if slowest else None,
+                    steps_with=self.present[path],
+                    each_s=total / ranks / self.present[path] if self.present[path] else 0.0,
                 )
             )
         buckets = {

@@ -72,6 +72,8 @@ def _breakdown_json(b: Breakdown) -> dict[str, Any]:
                 "share": p.share,
                 "bucket": p.bucket,
                 "count": p.count,
+                "steps_with": p.steps_with,
+                "each_s": p.each_s,
             }
             for p in b.phases
         ],

@@ -70,3 +70,25 @@ def test_no_step_spans_says_which_group_to_turn_on(tmp_path):
     text = str(step_breakdown(path))
     assert "no rl.{algorithm}.step spans" in text
     assert "turn on the 'step' group, e.g. span_groups=per_step" in text
+
+
+def test_an_occasional_phase_says_how_often_and_its_work_takes_its_bucket():
+    # Three steps; the second ends with an evaluation of 0.3 s that generates for 0.2 s.
+    spans = _step("a" * 32, 0.0, 0.2) + _step("b" * 32, 10.0, 0.2) + _step("c" * 32, 20.0, 0.2)
+    t0, trace = 10 * S, "b" * 32
+    spans += [
+        SpanRecord("rl.grpo.evaluate", trace, f"{trace[:14]}06", f"{trace[:14]}00",
+                   t0 + int(0.7 * S), t0 + int(1.0 * S)),
+        SpanRecord("rl.worker.generate", trace, f"{trace[:14]}07", f"{trace[:14]}06",
+                   t0 + int(0.75 * S), t0 + int(0.95 * S)),
+    ]  # fmt: skip
+    result = compute_breakdown(spans, spanspec.load())
+    phases = {p.name: p for p in result.phases}
+    evaluate, generate = phases["rl.grpo.evaluate"], phases["rl.worker.generate"]
+    assert evaluate.bucket == "overhead" and generate.bucket == "overhead"  # not productive
+    assert phases["rl.grpo.generation"].bucket == "productive"
+    assert (evaluate.steps_with, evaluate.count) == (1, 1)
+    assert evaluate.mean_s == pytest.approx(0.1) and evaluate.each_s == pytest.approx(0.3)
+    text = str(result)
+    assert "in 1 of 3 steps, 0.300 s each" in text
+    assert "rl.grpo.data_processing" in text and "of 3 steps" not in text.split("\n")[2]
