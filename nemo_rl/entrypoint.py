@@ -21,6 +21,7 @@ and the exit code is 143 (128 + SIGTERM). SIGHUP (the terminal or ssh session cl
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import shlex
 import signal
@@ -43,7 +44,7 @@ from nemo_rl.telemetry import (
     shutdown_telemetry,
     stragglers,
 )
-from nemo_rl.telemetry.breakdown import rank_section
+from nemo_rl.telemetry.breakdown import run_summary
 from nemo_rl.telemetry.config import STRAGGLER_THRESHOLD
 from nemo_rl.utils import logger_backends
 from nemo_rl.utils.config import ConfigError, load_config
@@ -51,7 +52,6 @@ from nemo_rl.utils.logger_backends import BackendError
 from spanspec.export import ExportStats, planned_destinations
 from spanspec.findings import SpecError
 from spanspec.settings import SettingsError
-from spanspec.traces.breakdown import step_breakdown
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_TERMINATED", "Loop", "run_loop"]
 
@@ -138,6 +138,7 @@ def _run_loop(loop: Loop, argv: Sequence[str] | None, doc: str | None) -> int:
     backends.set_tags(tags)
     threshold = settings.extra.get("straggler_threshold", STRAGGLER_THRESHOLD.default)
     stragglers.configure(threshold)
+    steps_done = functools.partial(_steps_done, loop, cfg, settings, threshold)
     terminate = _Terminate()
     try:
         with terminate:
@@ -146,7 +147,7 @@ def _run_loop(loop: Loop, argv: Sequence[str] | None, doc: str | None) -> int:
         return _fail(str(e), EXIT_BAD_INPUT, shutdown=True)
     except _worker_errors() as e:
         if terminate.received:  # the teardown after a stop signal found a worker already gone
-            return _stopped(terminate, settings, lambda: _steps_done(loop, cfg, settings))
+            return _stopped(terminate, settings, steps_done)
         message, code = _worker_failure(e)
         return _fail(message, code, shutdown=True)
     except WorkerDied as e:  # the loop found a worker dead or silent and said which
@@ -157,7 +158,7 @@ def _run_loop(loop: Loop, argv: Sequence[str] | None, doc: str | None) -> int:
         if not terminate.received:
             _shutdown()
             raise
-        return _stopped(terminate, settings, lambda: _steps_done(loop, cfg, settings))
+        return _stopped(terminate, settings, steps_done)
     stats = _shutdown()
 
     for line in result.summary.lines():
@@ -168,7 +169,7 @@ def _run_loop(loop: Loop, argv: Sequence[str] | None, doc: str | None) -> int:
     for line in backends.where():
         print(line)
     if any(result.summary.curves.values()):  # a finished run run again trains nothing
-        _steps_done(loop, cfg, settings)
+        steps_done()
     return 0
 
 
@@ -227,16 +228,13 @@ def _shutdown() -> ExportStats | None:
     return shutdown_telemetry()
 
 
-def _steps_done(loop: Loop, cfg: Any, settings: Any) -> None:
+def _steps_done(loop: Loop, cfg: Any, settings: Any, threshold: float) -> None:
     """Where the step time of the steps that finished went, and where their traces are."""
     trace_file = os.path.join(settings.file_dir, "traces.jsonl")
     if not (settings.enabled and "file" in settings.exporters and os.path.exists(trace_file)):
         return
-    print(step_breakdown(trace_file, run_id=settings.run_id))
-    threshold = settings.extra.get("straggler_threshold", STRAGGLER_THRESHOLD.default)
     peak = cfg.cluster.peak_flops_per_worker if hasattr(cfg, "cluster") else None
-    if section := rank_section(trace_file, settings.run_id, threshold, peak):
-        print(section)
+    print(run_summary(trace_file, settings.run_id, threshold, peak))
     if loop.report is not None:
         print(loop.report(trace_file, settings.run_id))
     print(f"traces: {trace_file}  (view a step: spanspec view {trace_file})")

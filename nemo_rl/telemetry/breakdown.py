@@ -5,7 +5,7 @@ generation with training, is here."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +20,7 @@ __all__ = [
     "compute_breakdown",
     "compute_collector_breakdown",
     "name_rank",
-    "rank_section",
+    "run_summary",
     "step_breakdown",
 ]
 
@@ -39,58 +39,80 @@ def name_rank(label: str, resource: Mapping[str, Any]) -> str:
     return f"{group} rank {rank} (node {node}" + (f", pid {pid})" if pid is not None else ")")
 
 
-def rank_section(
+def run_summary(
     trace_file: str, run_id: str | None, threshold: float, peak_flops: float | None = None
 ) -> str:
-    """The end-of-run section after the breakdown (:mod:`spanspec.traces.ranks`): per worker
-    phase of a group with several ranks the median and slowest rank, the time lost to the slowest
-    rank, a ``straggler: <group> rank N ...`` line for each straggler (none for the others), and
-    the peak memory per phase and rank; then each rank's achieved model FLOP/s and tokens/s in
-    its training micro-batches, with MFU where ``peak_flops`` (``cluster.peak_flops_per_worker``)
-    is known. Empty when no group has several ranks and no span recorded memory or FLOPs."""
+    """What the entry point prints at the end of a run, from one pass over ``trace_file``: the
+    step breakdown (:mod:`spanspec.traces.breakdown`), then the ranks section
+    (:mod:`spanspec.traces.ranks`: per worker phase of a group with several ranks the median and
+    slowest rank, the time lost to the slowest rank, a ``straggler: <group> rank N ...`` line for
+    each straggler and none for the others, the peak memory per phase and rank), then each
+    rank's achieved model FLOP/s and tokens/s in its training micro-batches, with MFU where
+    ``peak_flops`` (``cluster.peak_flops_per_worker``) is known. Memory holds the steps in
+    flight and the aggregates, never the file."""
     from spanspec.registry import load
     from spanspec.traces import otlp_json
-    from spanspec.traces.ranks import compute_ranks
+    from spanspec.traces.breakdown import BreakdownFold
+    from spanspec.traces.ranks import RankFold
+    from spanspec.traces.steps import StepCollector
 
-    def spans() -> Iterator[Any]:  # read twice, in one pass each: memory holds aggregates
-        for s in otlp_json.TraceStream([trace_file]).merged():
-            if run_id is None or s.resource.get("rl.run_id") == run_id:
-                yield s
+    spec = load()
+    breakdown, ranks, flops = BreakdownFold(), RankFold(spec, threshold), _FlopsFold()
 
-    report = compute_ranks(spans(), load(), threshold)
-    return "\n".join(t for t in (report.format(name_rank), _flops_lines(spans(), peak_flops)) if t)
+    def on_step(times: Any, step: Any, members: list[Any]) -> None:
+        breakdown.add(times)
+        ranks.add(step, members)
+        for span in members:
+            flops.add(span)
+
+    collector = StepCollector(spec, run_id, on_step=on_step)
+    for span in otlp_json.TraceStream([trace_file]).merged():
+        collector.add(span)
+    collector.finish()
+    sections = (
+        str(breakdown.result(spec)),
+        ranks.result().format(name_rank),
+        flops.lines(peak_flops),
+    )
+    return "\n".join(t for t in sections if t)
 
 
-def _flops_lines(spans: Iterable[Any], peak: float | None) -> str:
-    """Each rank's model FLOP/s and tokens/s over its ``rl.worker.train_microbatch`` spans."""
-    per_rank: dict[str, list[float]] = {}
-    gpu = False
-    for s in spans:
+class _FlopsFold:
+    """Each rank's model FLOPs, tokens and seconds over its ``rl.worker.train_microbatch`` spans."""
+
+    def __init__(self) -> None:
+        self.per_rank: dict[str, list[float]] = {}
+        self.gpu = False
+
+    def add(self, s: Any) -> None:
         if s.name != "rl.worker.train_microbatch" or "rl.flops" not in s.attributes:
-            continue
-        gpu = gpu or "rl.memory.cuda_peak_allocated_bytes" in s.attributes
+            return
+        self.gpu = self.gpu or "rl.memory.cuda_peak_allocated_bytes" in s.attributes
         who = name_rank(str(s.resource.get("rl.worker.rank", "?")), s.resource).split(" (")[0]
-        row = per_rank.setdefault(who, [0.0, 0.0, 0.0])
+        row = self.per_rank.setdefault(who, [0.0, 0.0, 0.0])
         row[0] += float(s.attributes["rl.flops"])
         row[1] += float(s.attributes.get("rl.num_tokens", 0))
         row[2] += s.duration_ns / 1e9
-    if not per_rank:
-        return ""
-    lines = ["model FLOPs of the training micro-batches (6 x params x tokens + attention):"]
-    for who, (flops, tokens, seconds) in sorted(per_rank.items()):
-        rate = flops / max(seconds, 1e-9)
-        mfu = f", MFU {rate / peak:.1%}" if peak else ""
-        lines.append(
-            f"  {who}: {flops:.3g} FLOPs, {rate:.3g} FLOP/s, {tokens / max(seconds, 1e-9):.0f} "
-            f"tokens/s{mfu}"
-        )
-    if not peak:
-        lines.append(
-            "  MFU: see the rl.mfu metric (the GPU's known peak)"
-            if gpu
-            else "  MFU unknown: no GPU and no cluster.peak_flops_per_worker (achieved FLOP/s above)"
-        )
-    return "\n".join(lines)
+
+    def lines(self, peak: float | None) -> str:
+        if not self.per_rank:
+            return ""
+        lines = ["model FLOPs of the training micro-batches (6 x params x tokens + attention):"]
+        for who, (flops, tokens, seconds) in sorted(self.per_rank.items()):
+            rate = flops / max(seconds, 1e-9)
+            mfu = f", MFU {rate / peak:.1%}" if peak else ""
+            lines.append(
+                f"  {who}: {flops:.3g} FLOPs, {rate:.3g} FLOP/s, "
+                f"{tokens / max(seconds, 1e-9):.0f} tokens/s{mfu}"
+            )
+        if not peak:
+            lines.append(
+                "  MFU: see the rl.mfu metric (the GPU's known peak)"
+                if self.gpu
+                else "  MFU unknown: no GPU and no cluster.peak_flops_per_worker (achieved FLOP/s"
+                " above)"
+            )
+        return "\n".join(lines)
 
 
 # -- async GRPO: the collector's side and the overlap -------------------------------------------

@@ -118,6 +118,26 @@ def test_every_step_holds_both_ranks_and_the_all_reduce(grpo):
     assert "rl.worker.allreduce" in out and "(mean of 2 ranks)" in out
 
 
+def test_both_groups_of_two_ranks_feed_the_straggler_watch(grpo):
+    """rl.rank.skew (slowest rank over the median) per group and phase, from the live watch."""
+    log_dir, _, _ = grpo
+    seen = set()
+    for line in (log_dir / "telemetry" / "metrics.jsonl").read_text().splitlines():
+        for rm in json.loads(line).get("resourceMetrics", []):
+            for sm in rm.get("scopeMetrics", []):
+                for m in sm.get("metrics", []):
+                    if m["name"] != "rl.rank.skew":
+                        continue
+                    for point in m["gauge"]["dataPoints"]:
+                        attrs = {a["key"]: a["value"]["stringValue"] for a in point["attributes"]}
+                        seen.add((attrs["rl.worker.group"], attrs["rl.phase"]))
+    assert seen == {
+        ("policy", "rl.worker.train_microbatch"),
+        ("policy", "rl.worker.logprob"),
+        ("generation", "rl.worker.generate"),
+    }, seen
+
+
 def test_the_two_rank_run_is_clean_under_live_check(grpo):
     log_dir, _, _ = grpo
     live_check(log_dir / "telemetry")

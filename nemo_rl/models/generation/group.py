@@ -17,6 +17,7 @@ from nemo_rl.distributed import WorkerGroup
 from nemo_rl.distributed.batches import concat_rows, split_rows
 from nemo_rl.distributed.worker_group import Placement
 from nemo_rl.models.generation.interface import GenerationOutput
+from nemo_rl.telemetry.stragglers import watch
 from spanspec.export import TelemetryCost
 
 __all__ = ["GenerationGroup", "rank_seed"]
@@ -41,6 +42,7 @@ class GenerationGroup:
         placement: Placement = "pack",
         name: str = "generation",
     ) -> None:
+        self.phase = backend.generate_span  # the straggler watch names a slow rank in it
         self.workers = WorkerGroup(
             backend,
             *args,
@@ -64,7 +66,10 @@ class GenerationGroup:
         seed: int | None = None,
     ) -> GenerationOutput:
         """Returns responses to the left-padded prompts, rank ``r`` sampling its share with
-        ``rank_seed(seed, r)``; see ``GenerationInterface.generate``."""
+        ``rank_seed(seed, r)``; see ``GenerationInterface.generate``.
+
+        With several ranks that all had prompts, each rank's time to answer goes to the
+        straggler watch."""
         shards = [
             s
             for s in split_rows(
@@ -83,7 +88,12 @@ class GenerationGroup:
             )
             for rank, s in enumerate(shards)
         ]
-        return concat_rows(self.workers.gather(refs, "generate"))
+        rows = self.workers.gather(refs, "generate")
+        if len(refs) == self.size:
+            watch().observe(
+                self.workers.name, self.phase, self.workers.last_seconds, self.workers.describe
+            )
+        return concat_rows(rows)
 
     def update_weights(self, state_dict: Any) -> int:
         """Loads the policy's weights (a dict, or an ``ObjectRef`` to one: then each rank reads it

@@ -95,6 +95,10 @@ class GenerationOutput(TypedDict):
 class GenerationInterface(abc.ABC):
     """A backend that samples responses to token-id prompts and accepts new weights."""
 
+    generate_span: str
+    """The span ``generate`` opens on the worker: the phase a straggler among the generation
+    ranks is named in."""
+
     @abc.abstractmethod
     def generate(
         self,

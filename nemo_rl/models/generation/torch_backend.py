@@ -36,6 +36,8 @@ class TorchGeneration(GenerationInterface):
     (``spawn_actor(TorchGeneration, ...)``) or in-process in tests.
     """
 
+    generate_span = "rl.worker.generate"
+
     def __init__(
         self,
         model_cfg: ModelConfig,

@@ -167,6 +167,8 @@ class VllmGeneration(GenerationInterface):
     Raises ``ImportError`` at construction when vLLM is not installed.
     """
 
+    generate_span = "rl.vllm.generate"
+
     @carries_trace  # rl.vllm.load_model is a child of the driver's model_init
     def __init__(
         self,
