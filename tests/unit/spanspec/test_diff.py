@@ -76,7 +76,7 @@ def write_run(folder: Path, updates: list[float], algorithm: str = "grpo", seed:
     folder.mkdir(parents=True, exist_ok=True)
     lines = []
     for i, update in enumerate(updates):
-        t = 100.0 * i
+        t = 1e6 + 100.0 * i  # a reader skips a span that starts at 0 (1970) as impossible
         trace = f"{seed + 1:08x}{i:024x}"
         data = 0.1 + rng.uniform(-0.002, 0.002)
         reward = 0.2 + rng.uniform(-0.004, 0.004)

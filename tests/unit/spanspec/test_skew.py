@@ -42,7 +42,7 @@ def test_the_tracker_reports_a_straggler_once_and_again_on_change():
 
 def _rank_spans(step: int, trace: str, slow: float) -> list[SpanRecord]:
     """A driver step with one update phase; ranks 0 and 1 each train and all-reduce under it."""
-    t0 = step * 10 * S
+    t0 = (1 + step) * 10 * S  # after 1970: a reader skips a span starting at 0
     root, phase = f"{step:02d}" + "0" * 14, f"{step:02d}" + "1" * 14
     out = [
         SpanRecord(

@@ -160,7 +160,7 @@ def test_write_report_names_bad_input(run, tmp_path):
 
 
 def test_a_closing_script_tag_in_an_attribute_cannot_break_the_page(tmp_path):
-    spans = [record("rl.grpo.step", "1", **{"rl.iteration": 0, "note": "</script><b>x"})]
+    spans = [record("rl.grpo.step", "1", start=1, **{"rl.iteration": 0, "note": "</script><b>x"})]
     data = report_data(spans, spanspec.load())
     from spanspec.traces.report import render_report
 
