@@ -191,9 +191,11 @@ def _write_chrome(args: argparse.Namespace, summaries: list[Any], conventions: C
     except OSError as exc:
         raise UsageError(f"{args.out}: cannot write: {exc.strerror or exc}") from None
     processes = sum(e["name"] == "process_name" for e in trace["traceEvents"])
+    links = trace.get("otherData", {}).get("links", 0)
     print(
-        f"wrote {args.out}: {len(spans)} spans of {len(chosen)} traces, {processes} processes "
-        "(open it in https://ui.perfetto.dev or chrome://tracing)"
+        f"wrote {args.out}: {len(spans)} spans of {len(chosen)} traces, {processes} processes"
+        + (f", {links} links as flow arrows" if links else "")
+        + " (open it in https://ui.perfetto.dev or chrome://tracing)"
     )
     return 0
 
