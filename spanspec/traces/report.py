@@ -233,6 +233,8 @@ def report_data(
         step = page.steps[i]
         rows = page.rows.get(i)
         if rows is not None:
+            # (a linked span of another run, in a lane this run never had, is left out)
+            rows = [r for r in rows if r["lane"] in lane_index]
             for row in rows:
                 row["lane"] = lane_index[row["lane"]]
             rows.sort(key=lambda r: (r["lane"], r["row"], r["start_ms"]))
