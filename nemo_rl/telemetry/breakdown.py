@@ -9,7 +9,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import spanspec
 from spanspec.traces.breakdown import Breakdown, PhaseTime, compute_breakdown, step_breakdown
+from spanspec.traces.overlap import Overlap, run_overlap
 
 __all__ = [
     "Breakdown",
@@ -127,16 +129,16 @@ COLLECTOR_PHASES = (
 
 @dataclass(frozen=True)
 class CollectorBreakdown:
-    """Where the async-GRPO collector's time went, and how much of its sampling overlapped the
-    trainer's work (step time outside ``wait_for_trajectories``)."""
+    """Where the async-GRPO collector's time went, and how much of its work (generation and
+    reward) ran while the trainer was busy in a step: spanspec's overlap figure
+    (:mod:`spanspec.traces.overlap`), the one ``spanspec report`` shows per step."""
 
     span_s: float
     """From the collector's first span's start to its last span's end."""
     phases: dict[str, tuple[int, float]] = field(default_factory=dict)  # name -> (count, total s)
-    generation_s: float = 0.0
-    overlap_s: float = 0.0
-    """Generation time during which the trainer was busy in a step (not waiting)."""
-    trainer_wait_s: float = 0.0
+    overlap: Overlap = field(default_factory=Overlap)
+    """Over the steps: the collector's productive time inside them, of it while the trainer was
+    busy (not waiting for trajectories), and the trainer's wait."""
 
     def __str__(self) -> str:
         if not self.phases.get("rl.async_grpo.rollout", (0, 0.0))[0]:
@@ -150,17 +152,19 @@ class CollectorBreakdown:
             label = ("  " if name in COLLECTOR_PHASES[1:3] else "") + name
             share = total / self.span_s if self.span_s else 0.0
             lines.append(f"  {label:44} {count:6d} {total:8.3f} {share:7.1%}")
-        share = self.overlap_s / self.generation_s if self.generation_s else 0.0
-        lines.append(
-            f"  overlap: {self.overlap_s:.3f} s of {self.generation_s:.3f} s generation ({share:.1%}) "
-            f"ran while the trainer was busy; the trainer waited {self.trainer_wait_s:.3f} s"
-        )
+        lines.append("  " + self.overlap.line("collector work during steps", "the trainer"))
         return "\n".join(lines)
 
 
-def compute_collector_breakdown(spans: Iterable[object]) -> CollectorBreakdown:
-    """The collector's phases (count, total seconds) and the generation time that overlapped the
-    trainer's busy time, from span records as :func:`compute_breakdown` takes them."""
+def compute_collector_breakdown(
+    spans: Iterable[object], spec: spanspec.Spec | None = None
+) -> CollectorBreakdown:
+    """The collector's phases (count, total seconds) and the overlap figure of
+    :func:`spanspec.traces.overlap.run_overlap` (each step's links lead to the rollouts it
+    trained on, hence to the collector's lane), from span records as :func:`compute_breakdown`
+    takes them; ``spec`` is nemo_rl's registry (loaded when not given)."""
+    from spanspec.registry import load
+
     spans = list(spans)
 
     def interval(s: object) -> tuple[int, int]:
@@ -175,15 +179,8 @@ def compute_collector_breakdown(spans: Iterable[object]) -> CollectorBreakdown:
         a, b = interval(s)
         phases[s.name] = (count + 1, total + (b - a) / 1e9)
     span_s = (max(interval(s)[1] for s in mine) - min(interval(s)[0] for s in mine)) / 1e9
-    waits = _union([interval(s) for s in spans if s.name == "rl.async_grpo.wait_for_trajectories"])
-    busy = _subtract(_union([interval(s) for s in spans if s.name == "rl.async_grpo.step"]), waits)
-    generation = _union([interval(s) for s in mine if s.name == "rl.async_grpo.generation"])
     return CollectorBreakdown(
-        span_s=span_s,
-        phases=phases,
-        generation_s=_length(generation) / 1e9,
-        overlap_s=_length(_intersect(generation, busy)) / 1e9,
-        trainer_wait_s=_length(waits) / 1e9,
+        span_s=span_s, phases=phases, overlap=run_overlap(spans, spec or load())
     )
 
 
@@ -198,6 +195,7 @@ def collector_breakdown(
     paths = [trace_files] if isinstance(trace_files, str | os.PathLike) else list(trace_files)
     # One pass, keeping only the spans the table is made of (not the file).
     wanted = {*COLLECTOR_PHASES, "rl.async_grpo.wait_for_trajectories", "rl.async_grpo.step"}
+    # (the step's own idle spans and its links, the collector's productive spans: the overlap)
     spans = [
         s
         for s in otlp_json.TraceStream(paths)
@@ -210,49 +208,3 @@ def collector_report(trace_file: str, run_id: str | None) -> str:
     """The table ``run_async_grpo.py`` prints after the step breakdown (an entry point's
     ``Loop.report``)."""
     return str(collector_breakdown(trace_file, run_id=run_id))
-
-
-Interval = tuple[int, int]
-
-
-def _union(intervals: Iterable[Interval]) -> list[Interval]:
-    out: list[Interval] = []
-    for a, b in sorted(intervals):
-        if out and a <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], b))
-        else:
-            out.append((a, b))
-    return out
-
-
-def _intersect(xs: list[Interval], ys: list[Interval]) -> list[Interval]:
-    """Both sorted and disjoint (``_union`` output)."""
-    out, i, j = [], 0, 0
-    while i < len(xs) and j < len(ys):
-        a, b = max(xs[i][0], ys[j][0]), min(xs[i][1], ys[j][1])
-        if a < b:
-            out.append((a, b))
-        if xs[i][1] < ys[j][1]:
-            i += 1
-        else:
-            j += 1
-    return out
-
-
-def _subtract(xs: list[Interval], ys: list[Interval]) -> list[Interval]:
-    out = []
-    for a, b in xs:
-        start = a
-        for c, d in ys:
-            if d <= start or c >= b:
-                continue
-            if c > start:
-                out.append((start, c))
-            start = max(start, d)
-        if start < b:
-            out.append((start, b))
-    return out
-
-
-def _length(xs: list[Interval]) -> int:
-    return sum(b - a for a, b in xs)

@@ -17,7 +17,9 @@ def add(commands: Any) -> None:
         "view",
         help="draw one trace as a text waterfall",
         description="Draw one trace of an OTLP-JSON trace file as a waterfall; by default the "
-        "first trace whose root is a step span (the registry's conventions.step_span).",
+        "first trace whose root is a step span (the registry's conventions.step_span), of the "
+        "latest run when the files hold several (as spanspec report). The links of its spans "
+        "(work done in other traces) are listed below it.",
     )
     view.add_argument("file", metavar="FILE")
     pick = view.add_mutually_exclusive_group()
@@ -50,7 +52,14 @@ def add(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from spanspec._text import safe_text, terminal_safe_span
     from spanspec.traces.otlp_json import TraceStream, read_traces
-    from spanspec.traces.view import render_waterfall, select_trace, stream_traces, traces
+    from spanspec.traces.view import (
+        link_lines,
+        pick_run,
+        render_waterfall,
+        select_trace,
+        stream_traces,
+        traces,
+    )
 
     undrawable = 0
 
@@ -79,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         findings, spans = read.findings, list(drawable(read.spans, terminal=False))
         if args.run_id is not None:
             spans = [s for s in spans if s.resource.get(key) == args.run_id]
-        summaries = traces(spans)
+        summaries = traces(spans, key)
     else:  # one pass, holding only the trace that may be drawn
         stream = TraceStream(args.file)
         merged = drawable(stream.merged(), terminal=True)
@@ -89,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
             else (s for s in merged if s.resource.get(key) == args.run_id)
         )
         summaries = stream_traces(
-            spans, args.trace, args.step, conventions, keep_bodies=not args.list
+            spans, args.trace, args.step, conventions, keep_bodies=not args.list, run_key=key
         )
         findings = stream.findings
     for f in findings:
@@ -103,6 +112,16 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.run_id is not None and not summaries:
         raise UsageError(f"no spans of run {args.run_id!r} ({key}) in {args.file}")
+    if args.run_id is None and args.trace is None and not args.list:
+        latest, runs = pick_run(summaries)
+        if len(runs) > 1:  # the run spanspec report shows: the latest
+            summaries = [t for t in summaries if t.run_id == latest]
+            print(
+                f"spanspec view: {len(runs)} runs in {safe_text(str(args.file))}; drawing the "
+                f"latest, run {safe_text(str(latest))} (--run-id picks another: "
+                f"{', '.join(safe_text(r) for r in runs[:-1][-5:])})",
+                file=sys.stderr,
+            )
     if args.format == "chrome":
         return _write_chrome(args, summaries, conventions)
     if args.list:
@@ -124,7 +143,18 @@ def run(args: argparse.Namespace) -> int:
         bar.encode(sys.stdout.encoding or "ascii")
     except (UnicodeEncodeError, LookupError):
         bar = "#"
-    print(render_waterfall(chosen, width=args.width, bar=bar, conventions=conventions))
+    run_id = safe_text(chosen.run_id) if chosen.run_id else None
+    print(
+        render_waterfall(chosen, width=args.width, bar=bar, conventions=conventions, run_id=run_id)
+    )
+    wanted = {(link.trace_id, link.span_id) for s in chosen.spans for link in s.links}
+    if wanted:
+        targets = {k: s for s in chosen.spans if (k := (s.trace_id, s.span_id)) in wanted}
+        if len(targets) < len(wanted):  # linked work in other traces: one more pass finds it
+            for s in drawable(TraceStream(args.file), terminal=True):
+                if (k := (s.trace_id, s.span_id)) in wanted:
+                    targets.setdefault(k, s)
+        print("\n".join(link_lines(chosen, targets, conventions)))
     return 0
 
 
@@ -161,9 +191,11 @@ def _write_chrome(args: argparse.Namespace, summaries: list[Any], conventions: C
     except OSError as exc:
         raise UsageError(f"{args.out}: cannot write: {exc.strerror or exc}") from None
     processes = sum(e["name"] == "process_name" for e in trace["traceEvents"])
+    links = trace.get("otherData", {}).get("links", 0)
     print(
-        f"wrote {args.out}: {len(spans)} spans of {len(chosen)} traces, {processes} processes "
-        "(open it in https://ui.perfetto.dev or chrome://tracing)"
+        f"wrote {args.out}: {len(spans)} spans of {len(chosen)} traces, {processes} processes"
+        + (f", {links} links as flow arrows" if links else "")
+        + " (open it in https://ui.perfetto.dev or chrome://tracing)"
     )
     return 0
 

@@ -28,6 +28,7 @@ from spanspec.findings import Finding
 
 __all__ = [
     "TRACE_FILE",
+    "SpanLink",
     "SpanRecord",
     "TraceFile",
     "TraceStream",
@@ -50,6 +51,16 @@ _KINDS = {
 }
 _STATUS = {"STATUS_CODE_UNSET": 0, "STATUS_CODE_OK": 1, "STATUS_CODE_ERROR": 2}
 STATUS_ERROR = 2
+
+
+@dataclass(frozen=True, slots=True)
+class SpanLink:
+    """A span link: the span (``trace_id``, ``span_id``, lower-case hex) another span points at,
+    which may sit in any trace (work done elsewhere that the span used), and its attributes."""
+
+    trace_id: str
+    span_id: str
+    attributes: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +88,9 @@ class SpanRecord:
     file: str = "<unknown>"
     line: int = 0
     dropped_attributes: int = 0  # droppedAttributesCount: lost to the SDK's attribute limits
+    links: tuple[SpanLink, ...] = ()
+    """The span's links (OTLP ``links``), in file order; a malformed one is left out and named
+    by an ``otlp.bad_link`` finding."""
 
     @property
     def duration_ns(self) -> int:
@@ -200,8 +214,11 @@ def _enum(value: Any, names: Mapping[str, int]) -> int:
     return 0
 
 
-def _spans_of_request(request: Any, file: str, line: int) -> Iterator[SpanRecord]:
-    """Spans of one ``ExportTraceServiceRequest`` dict.
+def _spans_of_request(
+    request: Any, file: str, line: int, problems: list[str] | None = None
+) -> Iterator[SpanRecord]:
+    """Spans of one ``ExportTraceServiceRequest`` dict; what is wrong with a span's links (the
+    span is kept without them) is appended to ``problems``.
 
     Raises:
         ValueError: naming what is malformed.
@@ -221,7 +238,8 @@ def _spans_of_request(request: Any, file: str, line: int) -> Iterator[SpanRecord
             ss = _object(ss, at, optional=False)
             scope = str(_object(ss.get("scope"), f"{at}.scope").get("name", ""))
             for k, raw in enumerate(_list(ss.get("spans"), f"{at}.spans")):
-                yield _span(_object(raw, f"{at}.spans[{k}]", False), resource, scope, file, line)
+                raw = _object(raw, f"{at}.spans[{k}]", False)
+                yield _span(raw, resource, scope, file, line, problems)
 
 
 def _object(value: Any, where: str, optional: bool = True) -> Mapping[str, Any]:
@@ -255,7 +273,12 @@ def _json_kind(value: Any) -> str:
 
 
 def _span(
-    raw: Mapping[str, Any], resource: Mapping[str, Any], scope: str, file: str, line: int
+    raw: Mapping[str, Any],
+    resource: Mapping[str, Any],
+    scope: str,
+    file: str,
+    line: int,
+    problems: list[str] | None = None,
 ) -> SpanRecord:
     name = raw.get("name")
     if not isinstance(name, str) or not name:
@@ -283,7 +306,36 @@ def _span(
         file=file,
         line=line,
         dropped_attributes=_dropped(raw),
+        links=_links(raw.get("links"), name, problems if problems is not None else []),
     )
+
+
+def _links(raw: Any, name: str, problems: list[str]) -> tuple[SpanLink, ...]:
+    """The span's well-formed links; each malformed one becomes a line in ``problems``."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        problems.append(f"span '{name}': links: expected a JSON list, got {_json_kind(raw)}")
+        return ()
+    out = []
+    for i, item in enumerate(raw):
+        try:
+            item = _object(item, "", optional=False)
+            trace_id = _hex_id(_get(item, "traceId", "trace_id"), 16)
+            span_id = _hex_id(_get(item, "spanId", "span_id"), 8)
+            if trace_id is None or span_id is None:
+                raise ValueError("no trace or span id")
+            attributes = _key_values(item.get("attributes", []))
+        except (ValueError, TypeError, AttributeError, RecursionError) as exc:
+            why = (
+                str(exc).lstrip(": ")
+                if isinstance(exc, ValueError)
+                else "a value of the wrong kind"
+            )
+            problems.append(f"span '{name}': links[{i}]: {why}; the link is left out")
+            continue
+        out.append(SpanLink(trace_id, span_id, attributes))
+    return tuple(out)
 
 
 def _dropped(raw: Mapping[str, Any]) -> int:
@@ -460,14 +512,22 @@ class TraceStream:
                     )
                 )
             return []
+        problems: list[str] = []
         try:
-            return list(_spans_of_request(request, name, number))
+            spans = list(_spans_of_request(request, name, number, problems))
         except (ValueError, TypeError, AttributeError, RecursionError) as exc:
             message = "nested too deeply" if isinstance(exc, RecursionError) else f"{exc}"
             if isinstance(exc, TypeError | AttributeError):  # not Python's words
                 message = "not an OTLP trace export request: a value of the wrong kind"
             self.findings.append(Finding("otlp.malformed", message, file=name, line=number, col=1))
             return []
+        for problem in problems:  # the spans are read; only these links are lost
+            self.findings.append(
+                Finding(
+                    "otlp.bad_link", problem, level="improvement", file=name, line=number, col=1
+                )
+            )
+        return spans
 
 
 def read_traces(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> TraceFile:

@@ -35,8 +35,9 @@ from spanspec.spec import TRUNCATED_ATTRIBUTE, Spec
 from spanspec.traces.breakdown import Breakdown, BreakdownFold
 from spanspec.traces.curves import find_metrics_file, metric_curves, read_rows, step_offset
 from spanspec.traces.otlp_json import SpanRecord, TraceStream, existing_trace_files
+from spanspec.traces.overlap import Overlap, step_overlap
 from spanspec.traces.ranks import RankFold, RankReport, heat_map_html, pick_phase
-from spanspec.traces.steps import StepCollector, StepTimes
+from spanspec.traces.steps import StepCollector, StepTimes, latest_run
 from spanspec.traces.timeline import lane_of, pack_tracks
 
 __all__ = ["ReportError", "find_trace_files", "render_report", "report_data", "write_report"]
@@ -108,6 +109,7 @@ class _RunPage:
         self.lanes: dict[Any, Any] = {}
         self.header: dict[str, Any] = {}
         self.service: Any = None
+        self.overlap = Overlap()  # of the steps with links: the linked work while they were busy
 
 
 def report_data(
@@ -165,6 +167,9 @@ def report_data(
         page = page_of(step.resource, step.start_time_unix_nano)
         index = len(page.steps)
         page.breakdown.add(times)
+        targets, shown = collector.linked(step, members)
+        overlap = step_overlap(step, members, targets, shown, spec)
+        page.overlap += overlap
         page.steps.append(
             {
                 "name": step.name,
@@ -177,6 +182,8 @@ def report_data(
                 "kept": False,
                 # ended by the shutdown, not by its code (a stopped run): its time is partial
                 "truncated": step.attributes.get(TRUNCATED_ATTRIBUTE) is True,
+                "links": _links(members, targets, conventions),
+                "overlap": overlap.to_json() if overlap.steps else None,
             }
         )
         keep = index < WATERFALLS_FIRST
@@ -190,10 +197,14 @@ def report_data(
                 page.rows.pop(out, None)
                 keep = True
         if keep:
-            page.rows[index] = _waterfall(step, members, conventions, bucket_of)
+            linked = {t.span_id for t in targets}
+            page.rows[index] = _waterfall(step, [*members, *shown], conventions, bucket_of)
+            for row in page.rows[index]:
+                row["linked"] = row["span_id"] in linked  # a span this step's links point at
+                row["other_trace"] = row["trace_id"] != step.trace_id
         page.ranks.add(step, members)
 
-    collector = StepCollector(spec, on_step=on_step)
+    collector = StepCollector(spec, on_step=on_step, keep_linked=True)
     for s in spans:
         page = page_of(s.resource, s.start_time_unix_nano)
         page.span_count += 1
@@ -207,9 +218,10 @@ def report_data(
         collector.add(s)
     collector.finish()
 
-    runs = sorted((r for r in pages if r is not None), key=lambda r: pages[r].first_start)
-    if run_id is None and runs:
-        run_id = runs[-1]
+    firsts = {r: p.first_start for r, p in pages.items() if r is not None}
+    runs = sorted(firsts, key=lambda r: (firsts[r], r))
+    if run_id is None:
+        run_id = latest_run(firsts)
     if run_id is not None and run_id not in runs:
         raise ReportError(f"run id {run_id!r} is not in the files; runs: {', '.join(runs)}")
     page = pages.get(run_id) or _RunPage(0, RankFold(spec, *_threshold(straggler_threshold)))
@@ -221,6 +233,8 @@ def report_data(
         step = page.steps[i]
         rows = page.rows.get(i)
         if rows is not None:
+            # (a linked span of another run, in a lane this run never had, is left out)
+            rows = [r for r in rows if r["lane"] in lane_index]
             for row in rows:
                 row["lane"] = lane_index[row["lane"]]
             rows.sort(key=lambda r: (r["lane"], r["row"], r["start_ms"]))
@@ -243,6 +257,7 @@ def report_data(
         "slowest": slowest,
         "waterfalls": {"first": WATERFALLS_FIRST, "slowest": WATERFALLS_SLOWEST},
         "ranks": _ranks_json(page.ranks.result()),
+        "overlap": page.overlap.to_json() if page.overlap.steps else None,
     }
 
 
@@ -296,10 +311,36 @@ def _waterfall(
                     "error": s.is_error,
                     "attributes": {k: _value(v) for k, v in s.attributes.items()},
                     "span_id": s.span_id,
+                    "trace_id": s.trace_id,
                     "parent_span_id": s.parent_span_id,
                 }
             )
     return rows
+
+
+def _links(
+    members: list[SpanRecord], targets: list[SpanRecord], conventions: Any
+) -> list[dict[str, Any]]:
+    """Every link of the step's spans: from which span, to which (its name, duration and lane
+    when the files hold it, else None)."""
+    found = {(t.trace_id, t.span_id): t for t in targets}
+    out = []
+    for s in members:
+        for link in s.links:
+            target = found.get((link.trace_id, link.span_id))
+            out.append(
+                {
+                    "from": s.name,
+                    "from_span_id": s.span_id,
+                    "trace_id": link.trace_id,
+                    "span_id": link.span_id,
+                    "attributes": {k: _value(v) for k, v in link.attributes.items()},
+                    "name": target.name if target else None,
+                    "dur_ms": target.duration_ns / 1e6 if target else None,
+                    "lane": lane_of(target.resource, conventions).label if target else None,
+                }
+            )
+    return out
 
 
 def render_report(data: dict[str, Any]) -> str:

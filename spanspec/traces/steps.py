@@ -17,7 +17,7 @@ bucket, and what no bucketed span covers is ``unattributed``.
 from __future__ import annotations
 
 import sys
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,12 +31,18 @@ __all__ = [
     "StepTimes",
     "collect_steps",
     "iter_steps",
+    "latest_run",
     "step_times",
 ]
 
 GRACE_S = 5.0
 """How far past a step's end the stream must be before the step is closed (clock skew between
 processes, spans queued out of end order)."""
+LINKED_HORIZON_S = 600.0
+LINKED_SPANS = 10_000
+"""With ``keep_linked``, the collector holds the spans that ended in the last
+:data:`LINKED_HORIZON_S` seconds of the stream, at most :data:`LINKED_SPANS` of them, where a
+step's span links can find the work they point at (done in other traces, ahead of the step)."""
 
 Path_ = tuple[str, ...]
 _PATHS: dict[Path_, Path_] = {}  # one tuple per phase path, shared by every step that has it
@@ -134,7 +140,9 @@ class StepCollector:
     ``add(span)`` returns the steps it closed; ``finish()`` the rest. With ``run_id``, spans of
     other runs (the registry's ``conventions.run_attribute``) are skipped as they come. With
     ``on_step``, each closed step is also handed over with its step span and its member spans
-    (the step span first), before they are let go.
+    (the step span first), before they are let go. With ``keep_linked``, the recent spans are
+    held too (bounded: :data:`LINKED_HORIZON_S`, :data:`LINKED_SPANS`), so that ``on_step``
+    can ask :meth:`linked` for the work the step's span links point at.
     """
 
     def __init__(
@@ -143,6 +151,7 @@ class StepCollector:
         run_id: str | None = None,
         grace_s: float = GRACE_S,
         on_step: Callable[[StepTimes, Any, list[Any]], None] | None = None,
+        keep_linked: bool = False,
     ) -> None:
         step_span = spec.conventions.step_span
         self.spec = spec
@@ -158,6 +167,10 @@ class StepCollector:
         self._children: dict[str, list[Any]] = defaultdict(list)
         self._open: list[Any] = []  # step spans read, not yet closed
         self._watermark = 0
+        self.keep_linked = keep_linked
+        # span id -> (span, lane key), in end order; parent id -> {span id: span}
+        self._recent: OrderedDict[str, tuple[Any, tuple[Any, ...]]] = OrderedDict()
+        self._recent_children: dict[str, dict[str, Any]] = defaultdict(dict)
 
     def add(self, span: Any) -> list[StepTimes]:
         """Take one span; return the steps the stream has now moved past."""
@@ -167,6 +180,8 @@ class StepCollector:
             self.impossible += 1  # no arithmetic on such times; live-check names the span
             return []
         self.spans += 1
+        if self.keep_linked:
+            self._remember(span)
         self._by_id[span.span_id] = span
         if span.parent_span_id:
             self._children[span.parent_span_id].append(span)
@@ -182,6 +197,69 @@ class StepCollector:
             closed += self._close(lambda s: s.end_time_unix_nano < limit)
         self.held_peak = max(self.held_peak, len(self._by_id))
         return closed
+
+    def _remember(self, span: Any) -> None:
+        """Hold ``span`` among the recent ones; let the oldest go past the horizon or the cap."""
+        lane = lane_of(getattr(span, "resource", {}) or {}, self.spec.conventions).key
+        self._recent[span.span_id] = (span, lane)
+        if span.parent_span_id:
+            self._recent_children[span.parent_span_id][span.span_id] = span
+        horizon = span.end_time_unix_nano - int(LINKED_HORIZON_S * 1e9)
+        while self._recent:
+            old_id, (old, _) = next(iter(self._recent.items()))
+            if len(self._recent) <= LINKED_SPANS and old.end_time_unix_nano >= horizon:
+                break
+            del self._recent[old_id]
+            siblings = self._recent_children.get(old.parent_span_id or "")
+            if siblings is not None:
+                siblings.pop(old_id, None)
+                if not siblings:
+                    del self._recent_children[old.parent_span_id]
+
+    def linked(self, step: Any, members: list[Any]) -> tuple[list[Any], list[Any]]:
+        """What the links of a step's spans point at, among the recent spans (``keep_linked``).
+
+        Returns:
+            ``(targets, shown)``: the linked spans found (in link order, each once; those in the
+            step itself left out), and what a waterfall of the step shows beside its own spans:
+            the targets and their descendants, and every span of the targets' lanes that ran
+            between the earliest target's start and the step's end (with its descendants), so
+            what those lanes did while the step ran is there too. Both empty without links.
+        """
+        have = {s.span_id for s in members}
+        targets: dict[str, tuple[Any, tuple[Any, ...]]] = {}
+        for s in members:
+            for link in getattr(s, "links", ()):
+                found = self._recent.get(link.span_id)
+                if found is not None and found[0].trace_id == link.trace_id:
+                    if link.span_id not in have:
+                        targets.setdefault(link.span_id, found)
+        if not targets:
+            return [], []
+        lanes = {lane for _, lane in targets.values()}
+        start = min(
+            step.start_time_unix_nano, *(t.start_time_unix_nano for t, _ in targets.values())
+        )
+        end = step.end_time_unix_nano
+        shown: dict[str, Any] = {sid: t for sid, (t, _) in targets.items()}
+        slack = int(GRACE_S * 1e9)  # the stream is in end order, give or take the grace
+        for sid, (s, lane) in reversed(self._recent.items()):
+            if s.end_time_unix_nano < start - slack:
+                break
+            if (
+                lane in lanes
+                and sid not in have
+                and s.start_time_unix_nano < end
+                and s.end_time_unix_nano > start
+            ):
+                shown.setdefault(sid, s)
+        stack = list(shown.values())
+        while stack:  # their descendants, wherever they ran
+            for cid, child in self._recent_children.get(stack.pop().span_id, {}).items():
+                if cid not in shown and cid not in have:
+                    shown[cid] = child
+                    stack.append(child)
+        return [t for t, _ in targets.values()], list(shown.values())
 
     def finish(self) -> list[StepTimes]:
         """Close every step still open (the end of the stream)."""
@@ -222,6 +300,14 @@ class StepCollector:
             if self._by_id.get(node.span_id) is node:
                 del self._by_id[node.span_id]
             stack.extend(self._children.pop(node.span_id, ()))
+
+
+def latest_run(first_start: dict[str, int]) -> str | None:
+    """The run a reader shows when not told which (``spanspec report`` and ``view`` alike): of
+    the runs in the files (run id -> the start of its earliest span), the one that started last
+    (a folder appended to by a repeated or resumed run holds the older ones first). None when the
+    files name no run."""
+    return max(first_start, key=lambda run: (first_start[run], run)) if first_start else None
 
 
 def collect_steps(spans: Iterable[Any], spec: Spec, run_id: str | None = None) -> list[StepTimes]:

@@ -12,7 +12,9 @@ their own.
 <https://docs.google.com/document/d/1CvAClvFfyA5R-PhYUmn5OOQtYMH4h6I0nSsKchNAySU>`_ that Perfetto
 UI and ``chrome://tracing`` open: complete events (``"ph": "X"``, ``ts``/``dur`` in
 microseconds) with ``pid`` = the lane and ``tid`` = the track, plus ``process_name`` /
-``thread_name`` metadata events naming them.
+``thread_name`` metadata events naming them, and each span link whose target is written too as a
+flow event pair (``"ph": "s"`` at the linked span, ``"ph": "f"`` at the linking one): an arrow
+from the work done elsewhere to the span that used it.
 """
 
 from __future__ import annotations
@@ -110,8 +112,15 @@ def to_chrome_trace(
 
     Each span is one complete event: ``name``, ``cat`` (its instrumentation scope), ``ph: "X"``,
     ``ts`` and ``dur`` (microseconds since the earliest span), ``pid`` (the lane, from 1),
-    ``tid`` (the track in the lane, from 1) and ``args`` (attributes, ids, status). Metadata
-    events name each process and thread and keep the lanes in order.
+    ``tid`` (the track in the lane, from 1) and ``args`` (attributes, ids, links, status).
+    Metadata events name each process and thread and keep the lanes in order.
+
+    Each link of a span to another span in ``spans`` is a flow (an arrow in Perfetto):
+    ``{"ph": "s", "cat": "link", "name": "link", "id": N}`` as the linked span ends (on its
+    lane and track), and ``{"ph": "f", "bp": "e"}`` with the same ``cat``, ``name`` and ``id``
+    inside the linking span when the linked one ended (at its start, if that is later), so the
+    arrow points forwards in time. Links to spans not written are left out;
+    ``otherData.links`` counts the flows.
     """
     if not spans:
         return {"traceEvents": [], "displayTimeUnit": "ms"}
@@ -120,9 +129,12 @@ def to_chrome_trace(
     for s in spans:
         by_lane.setdefault(lane_of(s.resource, conventions).key, []).append(s)
     events: list[dict[str, Any]] = []
+    placed: dict[tuple[str, str], tuple[int, int]] = {}  # (trace, span id) -> (pid, tid)
     for pid, lane in enumerate(lanes(spans, conventions), start=1):
         members = by_lane[lane.key]
         tracks = pack_tracks(members)
+        for s in members:
+            placed.setdefault((s.trace_id, s.span_id), (pid, tracks[id(s)][0] + 1))
         events.append(
             {"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": lane.label}}
         )
@@ -154,6 +166,8 @@ def to_chrome_trace(
                     "parent_span_id": s.parent_span_id or "",
                 }
             )
+            if s.links:  # where the work it used was done (drawn as flows too)
+                args["links"] = [f"{link.trace_id}/{link.span_id}" for link in s.links]
             if s.is_error:
                 args["status"] = f"ERROR {s.status_message}".strip()
             events.append(
@@ -168,8 +182,50 @@ def to_chrome_trace(
                     "args": args,
                 }
             )
+    flows = _flows(spans, placed, origin)
     return {
-        "traceEvents": events,
+        "traceEvents": events + flows,
         "displayTimeUnit": "ms",
-        "otherData": {"origin_unix_nano": origin, "spans": len(spans)},
+        "otherData": {"origin_unix_nano": origin, "spans": len(spans), "links": len(flows) // 2},
     }
+
+
+def _flows(
+    spans: Sequence[SpanRecord], placed: Mapping[tuple[str, str], tuple[int, int]], origin: int
+) -> list[dict[str, Any]]:
+    """A flow event pair per link whose target is placed: from the linked span to the linker."""
+    ends = {(s.trace_id, s.span_id): (s.start_time_unix_nano, s.end_time_unix_nano) for s in spans}
+    out: list[dict[str, Any]] = []
+    for s in sorted(spans, key=lambda s: s.start_time_unix_nano):
+        here = placed.get((s.trace_id, s.span_id))
+        for link in s.links:
+            there = placed.get((link.trace_id, link.span_id))
+            if here is None or there is None:
+                continue
+            number = len(out) // 2 + 1
+            common = {"cat": "link", "name": "link", "id": number}
+            # Leaves the linked span as it ends (1 ns before, so inside it) and lands in the
+            # linking span when that work was done (its start, if that was earlier): forwards.
+            first, done = ends[(link.trace_id, link.span_id)]
+            leave = max(first, done - 1)
+            land = min(max(done, s.start_time_unix_nano), s.end_time_unix_nano)
+            out.append(
+                {
+                    **common,
+                    "ph": "s",
+                    "ts": (leave - origin) / 1000,
+                    "pid": there[0],
+                    "tid": there[1],
+                }
+            )
+            out.append(
+                {
+                    **common,
+                    "ph": "f",
+                    "bp": "e",
+                    "ts": (land - origin) / 1000,
+                    "pid": here[0],
+                    "tid": here[1],
+                }
+            )
+    return out

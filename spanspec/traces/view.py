@@ -17,8 +17,18 @@ from dataclasses import dataclass, replace
 
 from spanspec.spec import Conventions
 from spanspec.traces.otlp_json import SpanRecord
+from spanspec.traces.steps import latest_run
+from spanspec.traces.timeline import lane_of
 
-__all__ = ["TraceSummary", "render_waterfall", "select_trace", "stream_traces", "traces"]
+__all__ = [
+    "TraceSummary",
+    "link_lines",
+    "pick_run",
+    "render_waterfall",
+    "select_trace",
+    "stream_traces",
+    "traces",
+]
 
 
 @dataclass(frozen=True)
@@ -32,6 +42,8 @@ class TraceSummary:
     end: int
     count: int = -1
     """How many spans the trace has (``len(spans)`` unless only its roots were kept)."""
+    run_id: str | None = None
+    """The run the trace belongs to (the registry's ``conventions.run_attribute``), if known."""
 
     @property
     def span_count(self) -> int:
@@ -43,8 +55,9 @@ class TraceSummary:
         return tuple(r.name for r in self.roots)
 
 
-def traces(spans: Iterable[SpanRecord]) -> list[TraceSummary]:
-    """Group spans by trace, in order of each trace's start time."""
+def traces(spans: Iterable[SpanRecord], run_key: str | None = None) -> list[TraceSummary]:
+    """Group spans by trace, in order of each trace's start time; with ``run_key`` (the
+    conventions' run attribute) each summary names its run."""
     by_trace: dict[str, list[SpanRecord]] = defaultdict(list)
     for s in spans:
         by_trace[s.trace_id].append(s)
@@ -62,9 +75,30 @@ def traces(spans: Iterable[SpanRecord]) -> list[TraceSummary]:
                 tuple(members),
                 min(s.start_time_unix_nano for s in members),
                 max(s.end_time_unix_nano for s in members),
+                run_id=_run_of(members[0], run_key),
             )
         )
     return sorted(out, key=lambda t: t.start)
+
+
+def _run_of(span: SpanRecord, run_key: str | None) -> str | None:
+    value = span.resource.get(run_key) if run_key else None
+    return value if isinstance(value, str) else None
+
+
+def pick_run(summaries: Sequence[TraceSummary]) -> tuple[str | None, list[str]]:
+    """The run to draw when none is asked for, by the rule ``spanspec report`` uses
+    (:func:`spanspec.traces.steps.latest_run`: the run that started last), and every run of
+    the summaries, earliest first.
+
+    Returns:
+        ``(run id or None, runs)``.
+    """
+    firsts: dict[str, int] = {}
+    for t in summaries:
+        if t.run_id is not None:
+            firsts[t.run_id] = min(firsts.get(t.run_id, t.start), t.start)
+    return latest_run(firsts), sorted(firsts, key=lambda r: (firsts[r], r))
 
 
 def select_trace(
@@ -153,6 +187,7 @@ def _subtree(trace: TraceSummary, root: SpanRecord) -> TraceSummary:
         tuple(members),
         root.start_time_unix_nano,
         max(s.end_time_unix_nano for s in members),
+        run_id=trace.run_id,
     )
 
 
@@ -162,13 +197,15 @@ def render_waterfall(
     bar: str = "█",
     name_width: int | None = None,
     conventions: Conventions | None = None,
+    run_id: str | None = None,
 ) -> str:
     """Return the trace as text: a header line, then one line per span in start order by depth.
 
     ``width`` is the bar's length in characters for the whole trace; ``bar`` the fill character
     (use ``#`` where the output cannot take Unicode). Error spans end with ``ERROR``. With the
     registry's ``conventions``, a root that is a step span is named with its number in the
-    header (``pipeline.batch (pipeline.batch.index=3)``).
+    header (``pipeline.batch (pipeline.batch.index=3)``); with ``run_id``, the header ends with
+    ``, run ID``.
     """
     children: dict[str, list[SpanRecord]] = defaultdict(list)
     for s in trace.spans:
@@ -193,7 +230,7 @@ def render_waterfall(
     label_width = name_width or max(len("  " * d + s.name) for d, s in rows)
     header = (
         f"trace {trace.trace_id}  {', '.join(_root_label(r, conventions) for r in trace.roots)}  "
-        f"{total / 1e6:.1f} ms, {len(trace.spans)} spans"
+        f"{total / 1e6:.1f} ms, {len(trace.spans)} spans" + (f", run {run_id}" if run_id else "")
     )
     lines = [header]
     for depth, s in rows:
@@ -208,6 +245,36 @@ def render_waterfall(
     return "\n".join(lines)
 
 
+def link_lines(
+    trace: TraceSummary,
+    targets: dict[tuple[str, str], SpanRecord],
+    conventions: Conventions | None = None,
+) -> list[str]:
+    """The links of the drawn trace's spans, one line each, under a ``links:`` heading (none
+    when no span links): the linking span (with its step number when it is a step span), the
+    linked span's name, duration and lane when ``targets`` (``(trace id, span id)`` -> span)
+    holds it, and its ids::
+
+        links (1):
+          pipeline.batch (pipeline.batch.index=3) <- pipeline.load  31.3 ms  loader 0  trace 5f0b... span 9c88...
+    """
+    rows = []
+    for s in sorted(trace.spans, key=lambda s: s.start_time_unix_nano):
+        for link in s.links:
+            target = targets.get((link.trace_id, link.span_id))
+            if target is None:
+                what = "(not in the files)"
+            else:
+                lane = lane_of(target.resource, conventions).label
+                what = f"{target.name}  {target.duration_ns / 1e6:.1f} ms  {lane}"
+            extra = "".join(f"  {k}={v}" for k, v in link.attributes.items())
+            rows.append(
+                f"  {_root_label(s, conventions)} <- {what}  "
+                f"trace {link.trace_id[:12]} span {link.span_id}{extra}"
+            )
+    return [f"links ({len(rows)}):", *rows] if rows else []
+
+
 @dataclass
 class _Trace:
     """What a streaming pick keeps of one trace: its body while it may still be drawn, else only
@@ -220,6 +287,7 @@ class _Trace:
     body: list[SpanRecord] | None = None
     marks: list[SpanRecord] | None = None  # parentless and step spans (for choosing, listing)
     first: SpanRecord | None = None  # the earliest span (a root when none is parentless)
+    run_id: str | None = None
 
 
 def stream_traces(
@@ -228,6 +296,7 @@ def stream_traces(
     step: int | None = None,
     conventions: Conventions | None = None,
     keep_bodies: bool = True,
+    run_key: str | None = None,
 ) -> list[TraceSummary]:
     """Group a stream of spans (in end order, as files are written) by trace, keeping the body
     (every span) only of the traces :func:`select_trace` could still pick with these arguments;
@@ -239,7 +308,9 @@ def stream_traces(
     step root starting later than the earliest one so far (no ``trace_id`` or ``step``); any
     non-step root once a step root is known. With ``keep_bodies`` False no body is kept (for
     listing). The summaries of let-go traces have ``spans`` of their roots and step spans only;
-    their ``roots`` are their parentless spans (or their earliest span).
+    their ``roots`` are their parentless spans (or their earliest span). With ``run_key`` (the
+    conventions' run attribute) each summary names its run and the earliest step of each run
+    is kept (for :func:`pick_run`), so memory holds one drawn trace per run.
 
     Returns:
         Summaries of every trace, in order of start time, ready for :func:`select_trace`.
@@ -248,7 +319,7 @@ def stream_traces(
     is_step = conventions.is_step_span
     number = conventions.step_attribute
     held: dict[str, _Trace] = {}
-    best: _Trace | None = None  # the earliest step-rooted trace (no trace id or step asked)
+    best: dict[str | None, _Trace] = {}  # per run: its earliest step-rooted trace
 
     def slim(s: SpanRecord) -> SpanRecord:
         """What a let-go trace keeps of a span: no resource, only the step number."""
@@ -269,6 +340,7 @@ def stream_traces(
             t = held[s.trace_id] = _Trace(
                 s.trace_id, s.start_time_unix_nano, s.end_time_unix_nano,
                 body=[] if keep else None, marks=None if keep else [],
+                run_id=_run_of(s, run_key),
             )  # fmt: skip
         t.count += 1
         t.start = min(t.start, s.start_time_unix_nano)
@@ -286,23 +358,28 @@ def stream_traces(
             if is_step(s.name) and number and s.attributes.get(number) != step:
                 let_go(t)
         elif is_step(s.name):
-            if best is None or t.start < best.start:
-                if best is not None:
-                    let_go(best)
-                best = t
+            known = best.get(t.run_id)
+            if known is None or t.start < known.start:
+                if known is not None:
+                    let_go(known)
+                best[t.run_id] = t
             else:
                 let_go(t)
-        elif best is not None:
+        elif t.run_id in best:
             let_go(t)
     out = []
     for t in held.values():
         if t.body is not None:
-            out.extend(traces(t.body))
+            out.extend(traces(t.body, run_key))
         else:
             marks = tuple(t.marks or ())
             roots = tuple(sorted((m for m in marks if not m.parent_span_id),
                                  key=lambda m: m.start_time_unix_nano))  # fmt: skip
             if not roots and t.first is not None:
                 roots = (t.first,)
-            out.append(TraceSummary(t.trace_id, roots, marks or roots, t.start, t.end, t.count))
+            out.append(
+                TraceSummary(
+                    t.trace_id, roots, marks or roots, t.start, t.end, t.count, run_id=t.run_id
+                )
+            )
     return sorted(out, key=lambda x: x.start)

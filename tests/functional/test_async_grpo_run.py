@@ -1,13 +1,17 @@
 """examples/run_async_grpo.py as a user runs it, judged from the trace file it leaves: the
 collector's rollouts run in another process, every step links to the rollouts it trained on, no
-trajectory is older than allowed, the idle spans are there, and the file passes live-check."""
+trajectory is older than allowed, the idle spans are there, and the file passes live-check. Then
+the links in every view: ``spanspec view`` lists them, its Chrome export draws them as flows, and
+the report's step page (in headless Chromium) shows the collector's lane, the links and the
+overlap figure the console printed."""
 
 import json
+import re
 from collections import defaultdict
 
 import pytest
 
-from tests.traces import live_check, read_spans, run_example
+from tests.traces import live_check, read_spans, run_example, spanspec_cli
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -164,3 +168,90 @@ def test_emitted_traces_pass_live_check(run):
     for name in (*COLLECTOR, *TRAINER_PHASES, "rl.async_grpo.step", "rl.async_grpo.checkpoint"):
         group = next(g for g, c in coverage.items() if name in c["declared"])
         assert coverage[group]["state"] == "on" and name in coverage[group]["seen"], name
+
+
+# -- the links in every view ----------------------------------------------------------------------
+
+
+def _targets_in_file(spans: list[dict]) -> list[tuple[dict, dict]]:
+    by_key = {(s["traceId"], s["spanId"]): s for s in spans}
+    return [
+        (s, by_key[(link["traceId"], link["spanId"])])
+        for s in spans
+        for link in s.get("links", [])
+        if (link["traceId"], link["spanId"]) in by_key
+    ]
+
+
+def test_view_names_the_run_and_lists_the_steps_linked_rollouts(run):
+    log_dir, _, _, by_name = run
+    run_id = by_name["rl.async_grpo.step"][0]["resource"]["rl.run_id"]
+    done = spanspec_cli("view", str(log_dir / "telemetry"), "--step", "2")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "rl.async_grpo.step (rl.iteration=2)" in lines[0] and lines[0].endswith(f"run {run_id}")
+    step = next(s for s in by_name["rl.async_grpo.step"] if s["attrs"]["rl.iteration"] == 2)
+    at = lines.index(f"links ({len(step['links'])}):")
+    for link, line in zip(step["links"], lines[at + 1 :], strict=False):
+        assert "rl.async_grpo.step (rl.iteration=2) <- rl.async_grpo.rollout" in line
+        assert "collector 0" in line and link["spanId"] in line
+
+
+def test_the_chrome_export_draws_one_flow_pair_per_link(run, tmp_path):
+    log_dir, _, spans, _ = run
+    out = tmp_path / "trace.json"
+    done = spanspec_cli("view", str(log_dir / "telemetry"), "--format", "chrome", "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    events = json.loads(out.read_text())["traceEvents"]
+    lanes = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    assert "collector 0" in lanes.values()  # the collector in a lane of its own
+    flows = [e for e in events if e["ph"] in ("s", "f")]
+    linked = _targets_in_file(spans)
+    assert len(flows) == 2 * len(linked) and len(linked) >= STEPS
+    pairs: dict[int, dict[str, dict]] = defaultdict(dict)
+    for e in flows:  # Trace Event Format: flow events share cat, name and id
+        assert isinstance(e["id"], int) and e["ph"] not in pairs[e["id"]]
+        assert {"cat", "name", "ts", "pid", "tid"} <= set(e)
+        pairs[e["id"]][e["ph"]] = e
+    for pair in pairs.values():
+        start, finish = pair["s"], pair["f"]
+        assert (start["cat"], start["name"]) == (finish["cat"], finish["name"])
+        assert finish["bp"] == "e" and start["ts"] <= finish["ts"]
+    into_steps = [p for p in pairs.values() if lanes[p["s"]["pid"]] == "collector 0"]
+    assert len(into_steps) == sum(
+        len(s.get("links", [])) for s in spans if s["name"].endswith(".step")
+    )
+
+
+def test_a_steps_report_page_shows_the_collector_its_links_and_the_overlap(run, tmp_path):
+    from tests.functional.test_report_browser import CHROMIUM, _console, _Dom, chromium
+
+    if CHROMIUM is None:
+        pytest.skip("needs Debian's chromium")
+    log_dir, stdout, _, by_name = run
+    page = tmp_path / "report.html"
+    done = spanspec_cli("report", str(log_dir), "-o", str(page))
+    assert done.returncode == 0, done.stderr
+    step = next(s for s in by_name["rl.async_grpo.step"] if s["attrs"]["rl.iteration"] == 2)
+    shown = chromium("--dump-dom", page.as_uri() + "#step=2", profile=tmp_path / "profile")
+    assert _console(shown.stderr) == []
+    dom = _Dom()
+    dom.feed(shown.stdout)
+    assert dom.body.get("data-ready") == "true" and dom.text_by_id["errors"].strip() == ""
+    assert "collector 0" in dom.data["data-lane"]  # named by its worker group, not "generation"
+    assert {"rl.async_grpo.rollout", "rl.async_grpo.generation"} <= set(dom.data["data-name"])
+    assert [link["spanId"] for link in step["links"]] == dom.data["data-link-span"]
+    assert "rl.async_grpo.rollout" in dom.text_by_id["links-table"]
+    assert dom.text_by_id["step-overlap"].startswith("overlap: ")
+    # The run's figure is the one the console printed (one implementation).
+    console = re.search(r"overlap: (\S+ s of \S+ s)", stdout).group(1)
+    assert console in dom.text_by_id["run-overlap"]
+    # A click on a link (the same function as #span_id=) shows the linked rollout.
+    rollout = step["links"][0]["spanId"]
+    jumped = chromium(
+        "--dump-dom", page.as_uri() + f"#step=2&span_id={rollout}", profile=tmp_path / "p2"
+    )
+    dom = _Dom()
+    dom.feed(jumped.stdout)
+    assert '"linked": "by this step' in dom.text_by_id["attrs-json"]
+    assert float(dom.data["data-zoom"][0]) > 1

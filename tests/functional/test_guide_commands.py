@@ -29,6 +29,7 @@ GUIDE = ROOT / "docs" / "observability"
 PAGES = [
     GUIDE / "README.md",
     GUIDE / "reading_a_run.md",
+    GUIDE / "reading_an_async_run.md",
     GUIDE / "configuration.md",
     GUIDE / "backends.md",
     GUIDE / "scale.md",

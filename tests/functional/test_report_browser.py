@@ -287,3 +287,30 @@ def test_steps_logged_as_steps_done_link_to_the_span_one_below(report, tmp_path)
     assert _console(done.stderr) == []
     picked = re.findall(r'<circle[^>]*class="point picked"[^>]*data-step="(\d+)"', done.stdout)
     assert picked == ["3"]
+
+
+def test_the_step_chart_fits_150_steps_and_the_waterfall_zooms(tmp_path):
+    def emit(tracer) -> None:
+        for i in range(160):
+            with spanspec.span("rl.grpo.step", **{"rl.iteration": i, "rl.algorithm": "grpo"}):
+                with spanspec.span("rl.grpo.policy_update", **{"rl.iteration": i}):
+                    pass
+
+    traces = write_traces(tmp_path / "long" / "telemetry", emit, groups="per_step")
+    page = tmp_path / "long.html"
+    write_report(traces.parent, page)
+    done = chromium(
+        "--window-size=1000,900", "--dump-dom", page.as_uri() + "#step=3&zoom=4",
+        profile=tmp_path / "profile",
+    )  # fmt: skip
+    assert _console(done.stderr) == []
+    dom = _Dom()
+    dom.feed(done.stdout)
+    assert dom.body.get("data-ready") == "true" and dom.text_by_id["errors"].strip() == ""
+    chart = re.search(r'<svg[^>]*id="steps-svg"[^>]*>', done.stdout).group(0)
+    assert int(re.search(r'width="(\d+)', chart).group(1)) <= 1000  # inside the window
+    assert len(re.findall(r'<g class="bar[^"]*" data-step=', done.stdout)) == 160
+    # The zoom: its buttons and reset are on the page; #zoom=4 shows a quarter of the step.
+    for button in ("zoom-in", "zoom-out", "zoom-reset"):
+        assert button in dom.text_by_id
+    assert dom.data["data-zoom"] == ["4.00"] and "zoom 4.0\u00d7" in dom.text_by_id["zoom-meta"]
