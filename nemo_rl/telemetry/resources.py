@@ -145,12 +145,19 @@ def current_rss() -> int | None:
         return None
 
 
+_no_cuda = False  # torch is loaded and sees no CUDA device: it never will in this process
+
+
 def _cuda() -> Any:
     """``torch.cuda`` when this process has initialised CUDA, else None (never initialises it)."""
-    torch = sys.modules.get("torch")
-    if torch is None or not torch.cuda.is_initialized():  # False at once on a CPU
+    global _no_cuda
+    torch = None if _no_cuda else sys.modules.get("torch")
+    if torch is None:
         return None
-    return torch.cuda
+    if not torch.cuda.is_available():
+        _no_cuda = True
+        return None
+    return torch.cuda if torch.cuda.is_initialized() else None
 
 
 class SpanResources:
@@ -164,9 +171,7 @@ class SpanResources:
 
     def __enter__(self) -> SpanResources:
         # every call here is on each recording worker span: inlined where that saves one
-        torch = sys.modules.get("torch")
-        cuda = torch.cuda if torch is not None and torch.cuda.is_initialized() else None
-        self._cuda = cuda
+        self._cuda = cuda = None if _no_cuda else _cuda()
         if cuda is not None:
             cuda.reset_peak_memory_stats()
         if _getrusage is None:

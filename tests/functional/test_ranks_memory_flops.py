@@ -210,3 +210,24 @@ def test_model_flops_of_every_training_step_are_in_the_metrics(slowed):
         assert r["train/rank_wait_s"] >= 0
     micro = [s for s in spans if s["name"] == "rl.worker.train_microbatch"]
     assert all(s["attrs"]["rl.flops"] > 0 and s["attrs"]["rl.tokens_per_second"] > 0 for s in micro)
+
+
+def test_every_worker_span_holds_its_cpu_time_and_the_breakdown_shows_cpu_over_wall(slowed):
+    _, lines, _, rank, spans = slowed
+    for s in spans:
+        if s["name"] in WORKER_SPANS:
+            cpu = s["attrs"].get("rl.cpu.seconds")
+            assert isinstance(cpu, float) and cpu >= 0, s
+    end = next(i for i, line in enumerate(lines) if line.startswith("where the step time went"))
+    assert lines[end + 1].split()[5] == "cpu/wall", lines[end + 1]
+    # the breakdown's row (the ranks section below it has rows of that name too)
+    row = next(
+        r for line in lines[end:] if (r := line.split())[:1] == ["rl.worker.train_microbatch"]
+    )
+    assert 0 < float(row[4]) < 16, row  # CPU over wall of the two ranks' micro-batches
+    # per rank: the rank stopped half the time got a core for less of its wall time
+    at = next(i for i, line in enumerate(lines) if line.startswith("cpu/wall per phase and lane"))
+    lanes = lines[at + 1].split()[1:]
+    cells = next(line.split() for line in lines[at + 2 :] if "rl.worker.train_microbatch" in line)
+    ratio = {f"{lanes[2 * i]} {lanes[2 * i + 1]}": float(v) for i, v in enumerate(cells[1:])}
+    assert ratio[f"policy {rank}"] < ratio[f"policy {1 - rank}"], ratio
