@@ -227,7 +227,8 @@ def test_every_worker_span_holds_its_cpu_time_and_the_breakdown_shows_cpu_over_w
     assert 0 < float(row[4]) < 16, row  # CPU over wall of the two ranks' micro-batches
     # per rank: the rank stopped half the time got a core for less of its wall time
     at = next(i for i, line in enumerate(lines) if line.startswith("cpu/wall per phase and lane"))
-    lanes = lines[at + 1].split()[1:]
+    words = lines[at + 1].split()[1:]  # lanes of two words each: "generation 0", "policy 1"
+    lanes = [" ".join(words[i : i + 2]) for i in range(0, len(words), 2)]
     cells = next(line.split() for line in lines[at + 2 :] if "rl.worker.train_microbatch" in line)
-    ratio = {f"{lanes[2 * i]} {lanes[2 * i + 1]}": float(v) for i, v in enumerate(cells[1:])}
+    ratio = {lane: float(v) for lane, v in zip(lanes, cells[1:], strict=True) if v != "-"}
     assert ratio[f"policy {rank}"] < ratio[f"policy {1 - rank}"], ratio
