@@ -181,6 +181,7 @@ def test_the_slowed_rank_and_only_it_is_named_during_and_after_the_run(slowed):
     page = html.read_text()
     assert page.count(">straggler<") == 1
     assert re.search(rf"<th>policy {rank} <b class=\"straggler\">straggler</b></th>", page)
+    assert re.search(r'"cpu_per_wall": ?[0-9.]+', page)  # the breakdown table's cpu/wall column
 
 
 def test_every_worker_span_holds_its_memory_peak(slowed):
