@@ -9,10 +9,12 @@ enabled <= 1.10x the raw SDK, a span with three declared attributes <= 0.90x the
 registry loaded in < 1 s. The stall watchdog: a span with a ``max_duration`` next to one
 without (target <= 1.10x), and the watchdog thread's own CPU while spans are open (idle cost).
 
-Per-rank features (a second table): a worker span with its memory peak (``rl.memory.*``: reset
-``/proc/self/clear_refs``, read ``VmHWM``; target < 5 µs over the span on a CPU) and its FLOPs
-attributes, each off (the span's group off: nothing measurable over the bare no-op span) and on;
-and one straggler-watch observation of a two-rank call (once per call, on the driver).
+Per-rank features (a second table): a worker span with its CPU time and memory peak
+(``rl.cpu.seconds``, ``rl.memory.*``: reset ``/proc/self/clear_refs``, two ``getrusage``; target
+< 5 µs over the span on a CPU) and its FLOPs attributes, each off (the span's group off: nothing
+measurable over the bare no-op span) and on; what of that is the SDK's own ``set_attributes`` of
+the same three values; and one straggler-watch observation of a two-rank call (once per call, on
+the driver).
 """
 
 from __future__ import annotations
@@ -282,14 +284,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{label:52} {ns:9.0f} {ns - base:+10.0f}")
     print("-" * 74)
     memory_us = (ranks[MEMORY_ON][0] - ranks[MEMORY_ON][1]) / 1e3
+    sdk_us = (ranks[SDK_ATTRIBUTES][0] - ranks[SDK_ATTRIBUTES][1]) / 1e3
     print(
-        f"memory peak per span  {memory_us:6.2f} µs (target < 5) {'ok' if memory_us < 5 else 'MISSED'}"
+        f"CPU + memory per span {memory_us:6.2f} µs (target < 5) {'ok' if memory_us < 5 else 'MISSED'}"
+        f"  (of which setting 3 attributes with annotate: {sdk_us:.2f} µs)"
     )
     return 0
 
 
-WORKER = "rl.worker.optimizer_step"  # group policy_update; declares rl.memory.*
-MEMORY_ON = "worker span on, + memory peak"
+WORKER = "rl.worker.optimizer_step"  # group policy_update; declares rl.cpu.*, rl.memory.*
+MEMORY_ON = "worker span on, + CPU time and memory peak"
+SDK_ATTRIBUTES = "  same 3 values set by annotate (no measuring)"
 
 
 def _rank_features(spec, provider, number: int, rounds: int) -> dict[str, tuple[float, float]]:
@@ -297,10 +302,10 @@ def _rank_features(spec, provider, number: int, rounds: int) -> dict[str, tuple[
     them (label -> (ns, ns of the bare span))."""
     from nemo_rl.models.policy.worker import _annotate_work
     from nemo_rl.telemetry.resources import (
-        current_rss,
-        peak_memory,
+        process_cpu_seconds,
         reset_rss_high_water_mark,
         rss_high_water_mark,
+        span_resources,
     )
     from nemo_rl.telemetry.stragglers import StragglerWatch
 
@@ -311,8 +316,18 @@ def _rank_features(spec, provider, number: int, rounds: int) -> dict[str, tuple[
             pass
 
     def memory() -> None:
-        with spanspec.span(WORKER, **attrs) as s, peak_memory(s):
+        with spanspec.span(WORKER, **attrs) as s, span_resources(s):
             pass
+
+    measured = {
+        "rl.cpu.seconds": 0.001,
+        "rl.memory.rss_peak_bytes": 2**30,
+        "rl.memory.rss_rise_bytes": 2**20,
+    }
+
+    def annotated() -> None:
+        with spanspec.span(WORKER, **attrs) as s:
+            spanspec.annotate(s, **measured)
 
     def flops() -> None:
         with spanspec.span("rl.worker.train_microbatch", **{"rl.micro_batch": 0}) as s:
@@ -334,17 +349,18 @@ def _rank_features(spec, provider, number: int, rounds: int) -> dict[str, tuple[
     def nothing() -> None:
         pass
 
-    def syscalls() -> None:  # what PeakMemory adds, without the span and its annotate
+    def syscalls() -> None:  # what SpanResources calls, without the span and its annotate
         reset_rss_high_water_mark()
-        current_rss()
+        process_cpu_seconds()
         rss_high_water_mark()
 
     cases = {
-        "worker span off, + memory peak": ("default", memory, bare, number),
+        "worker span off, + CPU time and memory peak": ("default", memory, bare, number),
         "worker span off, + FLOPs attributes": ("default", flops, flops_bare, number),
         MEMORY_ON: ("policy_update", memory, bare, number // 10),
+        SDK_ATTRIBUTES: ("policy_update", annotated, bare, number // 10),
         "worker span on, + FLOPs attributes": ("policy_update", flops, flops_bare, number // 10),
-        "  memory: clear_refs + statm + getrusage alone": ("default", syscalls, nothing, number),
+        "  clear_refs + 2 getrusage alone": ("default", syscalls, nothing, number),
         "straggler watch, one rank (a call)": ("default", observe_one, nothing, number),
         "straggler watch, two ranks (a call)": ("default", observe, nothing, number // 10),
     }

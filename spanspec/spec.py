@@ -180,6 +180,9 @@ class Conventions:
     peak_attributes: tuple[str, ...] = ()
     """Numeric span attributes holding a peak (memory high-water marks): readers show their
     maximum per phase and lane."""
+    cpu_attribute: str | None = None
+    """A numeric span attribute holding the CPU seconds the span's process spent inside it:
+    readers show CPU over wall time per phase and lane (below 1: waiting, or no core to run on)."""
 
     @property
     def env_prefixes(self) -> tuple[str, ...]:

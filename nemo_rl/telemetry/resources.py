@@ -1,26 +1,34 @@
-"""What a worker span used: the memory it peaked at, and the model FLOPs it did.
+"""What a worker span used: the CPU time and memory it took, and the model FLOPs it did.
 
-**Memory.** ``with spanspec.span(...) as span, peak_memory(span):`` records, when the span is
-recording, its declared ``rl.memory.*`` attributes at the end:
+**CPU and memory.** ``with spanspec.span(...) as span, span_resources(span):`` records, when the
+span is recording, its declared ``rl.cpu.*`` and ``rl.memory.*`` attributes at the end:
 
+- ``rl.cpu.seconds``: the CPU seconds the whole process (all its threads: torch's intra-op
+  pool, the exporter's) spent inside the span, user plus system, from ``getrusage(RUSAGE_SELF)``
+  at its start and end. Process time, not the calling thread's: a torch worker's work runs on
+  its pool threads. Over the span's wall time it says how busy the process was: 1.0 is one
+  core kept busy, below 1 the process waited (I/O, a collective, a lock) or the machine did
+  not give it a core (a busy host, a stopped process); above 1 several threads ran at once.
 - ``rl.memory.rss_peak_bytes``: the process's resident-set high-water mark within the span. At the
   span's start ``5`` is written to ``/proc/self/clear_refs`` (Linux resets the mark, ``VmHWM``, to
-  the current RSS); at its end the mark is read with ``getrusage(RUSAGE_SELF).ru_maxrss``, which
-  Linux takes from the same counter (the larger of it and the peak before ``exec``) in under a
-  microsecond, where parsing ``/proc/self/status`` costs several. Where ``clear_refs`` is not
-  writable (an old kernel, a locked-down container) the value is the process's peak so far,
-  still an upper bound; where there is no ``getrusage`` the attribute is left out.
-- ``rl.memory.rss_rise_bytes``: how far that mark rose above the RSS at the span's start (read
-  from ``/proc/self/statm``): what the span itself needed (a training micro-batch's saved
-  activations, a forward's), apart from what the process already held. Phases compare by it,
-  since freed memory the allocator keeps stays in every later span's absolute mark.
+  the current RSS); at its end the mark is read from the same ``getrusage`` call as the CPU time
+  (``ru_maxrss``: Linux takes it from that counter, the larger of it and the peak before
+  ``exec``). Where ``clear_refs`` is not writable (an old kernel, a locked-down container) the
+  value is the process's peak so far, still an upper bound; where there is no ``getrusage``
+  (not a Unix) no ``rl.cpu`` or ``rl.memory`` attribute is set.
+- ``rl.memory.rss_rise_bytes``: how far that mark rose above the RSS at the span's start: what
+  the span itself needed (a training micro-batch's saved activations, a forward's), apart from
+  what the process already held. Right after the reset the mark *is* the RSS, so the start's
+  ``getrusage`` gives it; without the reset it is read from ``/proc/self/statm``. Phases compare
+  by it, since freed memory the allocator keeps stays in every later span's absolute mark.
 - on CUDA (a process that has initialised it), ``rl.memory.cuda_peak_allocated_bytes`` and
   ``rl.memory.cuda_peak_reserved_bytes``: ``torch.cuda.reset_peak_memory_stats()`` at the start,
   ``max_memory_allocated()`` / ``max_memory_reserved()`` at the end. On a CPU they are absent.
 
-A span that is not recording (its group is off) costs one ``is_recording()`` call: the shared
-no-op :data:`NO_PEAK` is returned. Spans measured this way must not nest (the high-water mark is
-one per process).
+The cost on a recording span is one ``write`` and two ``getrusage`` calls, on file descriptors
+opened once per process (``bench/bench_spanspec.py`` measures it). A span that is not recording
+(its group is off) costs one identity test: the shared no-op :data:`NO_RESOURCES` is returned.
+Spans measured this way must not nest (the high-water mark is one per process).
 
 **FLOPs.** :func:`model_flops` is the usual dense-transformer count (Kaplan et al. 2020, with
 PaLM's attention term, Chowdhery et al. 2022, appendix B): per token, a forward pass costs
@@ -39,50 +47,71 @@ import os
 import sys
 from typing import Any
 
+from opentelemetry.trace import INVALID_SPAN
+
 import spanspec
+from spanspec.runtime import active_spec
 
 __all__ = [
     "KNOWN_PEAK_FLOPS",
-    "NO_PEAK",
-    "PeakMemory",
+    "NO_RESOURCES",
+    "SpanResources",
     "current_rss",
     "flops_shape",
     "model_flops",
     "peak_flops",
-    "peak_memory",
+    "process_cpu_seconds",
     "reset_rss_high_water_mark",
     "rss_high_water_mark",
+    "span_resources",
 ]
 
-_CLEAR_REFS = "/proc/self/clear_refs"
 try:
     from resource import RUSAGE_SELF as _SELF
     from resource import getrusage as _getrusage
 except ImportError:  # not a Unix
     _getrusage, _SELF = None, 0
-_fds: dict[str, int | None] = {}
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_UNOPENED = -2
+# The /proc files, opened on first use and kept open (-1: not available). /proc/self is
+# resolved when a file is opened, so a forked child must open its own (os.register_at_fork).
+_clear_refs = _UNOPENED
+_statm = _UNOPENED
 
 
-def _fd(path: str, flags: int) -> int | None:
-    """An fd kept open for the life of the process (None when the file cannot be opened)."""
-    if path not in _fds:
-        try:
-            _fds[path] = os.open(path, flags)
-        except OSError:
-            _fds[path] = None
-    return _fds[path]
+def _forget_fds() -> None:
+    global _clear_refs, _statm
+    _clear_refs = _statm = _UNOPENED
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_fds)
+
+
+def _open(path: str, flags: int) -> int:
+    try:
+        return os.open(path, flags | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return -1
 
 
 def reset_rss_high_water_mark() -> bool:
     """Resets ``VmHWM`` to the current RSS; returns False where ``/proc/self/clear_refs`` is not
     writable (the mark then keeps the process's peak so far)."""
-    fd = _fd(_CLEAR_REFS, os.O_WRONLY)
-    if fd is None:
-        return False
+    global _clear_refs
+    if _clear_refs == _UNOPENED:
+        _clear_refs = _open("/proc/self/clear_refs", os.O_WRONLY)
+    return _clear_refs >= 0 and _write_5(_clear_refs)  # refused once: refused for good
+
+
+def _write_5(fd: int) -> bool:
+    global _clear_refs
     try:
         os.write(fd, b"5")
         return True
     except OSError:
+        _clear_refs = -1
         return False
 
 
@@ -94,78 +123,143 @@ def rss_high_water_mark() -> int | None:
     return _getrusage(_SELF).ru_maxrss * 1024
 
 
-def _cuda() -> Any:
-    """``torch.cuda`` when this process has initialised CUDA, else None (never initialises it)."""
-    torch = sys.modules.get("torch")
-    if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
+def process_cpu_seconds() -> float | None:
+    """Returns the CPU seconds (user + system) this process's threads have used so far, or None
+    where ``getrusage`` is missing."""
+    if _getrusage is None:
         return None
-    return torch.cuda
-
-
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+    r = _getrusage(_SELF)
+    return r.ru_utime + r.ru_stime
 
 
 def current_rss() -> int | None:
     """Returns this process's resident set now, in bytes (None without ``/proc/self/statm``)."""
-    fd = _fd("/proc/self/statm", os.O_RDONLY)
-    if fd is None:
+    global _statm
+    if _statm == _UNOPENED:
+        _statm = _open("/proc/self/statm", os.O_RDONLY)
+    if _statm < 0:
         return None
     try:
-        return int(os.pread(fd, 128, 0).split()[1]) * _PAGE
+        return int(os.pread(_statm, 128, 0).split()[1]) * _PAGE
     except (OSError, IndexError, ValueError):
         return None
 
 
-class PeakMemory:
-    """Resets the high-water marks on entry and annotates the span with them on exit."""
+_no_cuda = False  # torch is loaded and sees no CUDA device: it never will in this process
 
-    __slots__ = ("_cuda", "_span", "_start")
+
+def _cuda() -> Any:
+    """``torch.cuda`` when this process has initialised CUDA, else None (never initialises it)."""
+    global _no_cuda
+    torch = None if _no_cuda else sys.modules.get("torch")
+    if torch is None:
+        return None
+    if not torch.cuda.is_available():
+        _no_cuda = True
+        return None
+    return torch.cuda if torch.cuda.is_initialized() else None
+
+
+class SpanResources:
+    """Resets the high-water marks and reads the CPU clock on entry; annotates the span with the
+    CPU seconds and peaks on exit."""
+
+    __slots__ = ("_cpu", "_cuda", "_rss", "_span")
 
     def __init__(self, span: Any) -> None:
         self._span = span
-        self._cuda: Any = None
-        self._start: int | None = None
 
-    def __enter__(self) -> PeakMemory:
-        reset_rss_high_water_mark()
-        self._start = current_rss()
-        self._cuda = _cuda()
-        if self._cuda is not None:
-            self._cuda.reset_peak_memory_stats()
+    def __enter__(self) -> SpanResources:
+        # every call here is on each recording worker span: inlined where that saves one
+        self._cuda = cuda = None if _no_cuda else _cuda()
+        if cuda is not None:
+            cuda.reset_peak_memory_stats()
+        if _getrusage is None:
+            return self
+        reset = _clear_refs >= 0 and _write_5(_clear_refs)
+        if _clear_refs == _UNOPENED:
+            reset = reset_rss_high_water_mark()
+        r = _getrusage(_SELF)
+        self._rss = r.ru_maxrss * 1024 if reset else current_rss()  # the mark is the RSS now
+        self._cpu = r.ru_utime + r.ru_stime
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        attrs: dict[str, int] = {}
-        rss = rss_high_water_mark()
-        if rss is not None:
-            attrs["rl.memory.rss_peak_bytes"] = rss
-            if self._start is not None:
-                attrs["rl.memory.rss_rise_bytes"] = max(0, rss - self._start)
-        if self._cuda is not None:
-            attrs["rl.memory.cuda_peak_allocated_bytes"] = int(self._cuda.max_memory_allocated())
-            attrs["rl.memory.cuda_peak_reserved_bytes"] = int(self._cuda.max_memory_reserved())
+        if _getrusage is None:
+            attrs: dict[str, int | float] = {}
+        else:
+            r = _getrusage(_SELF)
+            peak, start = r.ru_maxrss * 1024, self._rss
+            attrs = {
+                "rl.cpu.seconds": max(0.0, r.ru_utime + r.ru_stime - self._cpu),
+                "rl.memory.rss_peak_bytes": peak,
+            }
+            if start is not None:
+                attrs["rl.memory.rss_rise_bytes"] = max(0, peak - start)
+        cuda = self._cuda
+        if cuda is not None:
+            attrs["rl.memory.cuda_peak_allocated_bytes"] = int(cuda.max_memory_allocated())
+            attrs["rl.memory.cuda_peak_reserved_bytes"] = int(cuda.max_memory_reserved())
         if attrs:
-            spanspec.annotate(self._span, **attrs)
+            _annotate(self._span, attrs)
 
 
-class _NoPeak:
+_TYPES = {
+    "rl.cpu.seconds": "float",
+    "rl.memory.rss_peak_bytes": "int",
+    "rl.memory.rss_rise_bytes": "int",
+    "rl.memory.cuda_peak_allocated_bytes": "int",
+    "rl.memory.cuda_peak_reserved_bytes": "int",
+}
+"""The attributes :class:`SpanResources` sets, and the Python type each value always has."""
+# span name -> (the active spec, the keys its entry declares as _TYPES says, with nothing for
+# annotate to check: no allowed values, not sensitive); worked out once per name and spec
+_plain: dict[str, tuple[Any, frozenset[str]]] = {}
+
+
+def _annotate(span: Any, attrs: dict[str, Any]) -> None:
+    """``spanspec.annotate(span, **attrs)``, without its per-key checks once the span's registry
+    entry is known to declare every key as a plain number of the type set (about 1 µs less on a
+    span; anything else still goes through ``annotate``, with its warnings and strict mode)."""
+    spec, name = active_spec(), getattr(span, "name", None)
+    known = _plain.get(name)  # type: ignore[arg-type]
+    if known is None or known[0] is not spec:
+        entry = spec.spans.get(name) if spec is not None and isinstance(name, str) else None
+        if entry is None:
+            spanspec.annotate(span, **attrs)  # its checks say what is wrong
+            return
+        keys = frozenset(
+            key
+            for key, a in entry.attributes.items()
+            if _TYPES.get(key) == a.type and a.allowed is None and not a.sensitive
+        )
+        known = _plain[name] = (spec, keys)
+    if attrs.keys() <= known[1]:
+        span.set_attributes(attrs)
+    else:
+        spanspec.annotate(span, **attrs)
+
+
+class _NoResources:
     __slots__ = ()
 
-    def __enter__(self) -> _NoPeak:
+    def __enter__(self) -> _NoResources:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         return None
 
 
-NO_PEAK = _NoPeak()
-"""What :func:`peak_memory` returns for a span that is not recording: does nothing."""
+NO_RESOURCES = _NoResources()
+"""What :func:`span_resources` returns for a span that is not recording: does nothing."""
 
 
-def peak_memory(span: Any) -> PeakMemory | _NoPeak:
-    """Returns a context manager that records the memory ``span`` peaks at (see the module
-    docstring); :data:`NO_PEAK` when the span is not recording."""
-    return PeakMemory(span) if span.is_recording() else NO_PEAK
+def span_resources(span: Any) -> SpanResources | _NoResources:
+    """Returns a context manager that records the CPU time and memory peaks of ``span`` (see the
+    module docstring); :data:`NO_RESOURCES` when the span is not recording."""
+    if span is INVALID_SPAN or not span.is_recording():  # INVALID_SPAN: a disabled site's span
+        return NO_RESOURCES
+    return SpanResources(span)
 
 
 # -- FLOPs ------------------------------------------------------------------------------------

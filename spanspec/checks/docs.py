@@ -103,6 +103,11 @@ def _conventions(c: Conventions) -> list[str]:
         [_code("main_lane"), one(c.main_lane), "the main process's lane, drawn first"],
         [_code("report_attributes"), codes(c.report_attributes), "shown in a report's header"],
         [_code("peak_attributes"), codes(c.peak_attributes), "peaks shown per phase and lane"],
+        [
+            _code("cpu_attribute"),
+            one(c.cpu_attribute),
+            "CPU seconds: CPU / wall per phase and lane",
+        ],
     ]
     return [
         "## Conventions",

@@ -409,6 +409,17 @@ def _conventions(
         _declared(
             decl.run_attribute, "run_attribute", attributes, report, (*where, "run_attribute")
         )
+    cpu = decl.cpu_attribute
+    if cpu is not None and _declared(
+        cpu, "cpu_attribute", attributes, report, (*where, "cpu_attribute")
+    ):
+        if attributes[cpu].type not in ("int", "float"):
+            report(
+                "conventions.cpu_attribute_type",
+                f"conventions.cpu_attribute: '{cpu}' is declared {attributes[cpu].type}; CPU "
+                "seconds need a number: declare it 'type: float'",
+                (*where, "cpu_attribute"),
+            )
     for key in ("lane_attributes", "report_attributes", "peak_attributes"):
         seen: set[str] = set()
         for i, name in enumerate(getattr(decl, key)):
@@ -444,6 +455,7 @@ def _conventions(
         main_lane=decl.main_lane,
         report_attributes=tuple(decl.report_attributes),
         peak_attributes=tuple(decl.peak_attributes),
+        cpu_attribute=decl.cpu_attribute,
     )
 
 

@@ -221,6 +221,12 @@ class ConventionsDecl(_Strict):
         description="Declared numeric span attributes that hold a peak (e.g. memory high-water "
         "marks): the breakdown and the report show their maximum per phase and lane.",
     )
+    cpu_attribute: AttributeKey | None = Field(
+        default=None,
+        description="A declared numeric span attribute holding the CPU seconds the span's process "
+        "spent inside it: the breakdown and the report show CPU / wall per phase and lane, so "
+        "time lost to a busy machine shows.",
+    )
 
 
 class Registry(_Strict):

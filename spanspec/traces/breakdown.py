@@ -10,6 +10,12 @@ no bucketed span covers is ``unattributed``.
 A phase that several processes ran (the ranks of a data-parallel group, each a lane of the
 registry's ``conventions.lane_attributes``) is shown per rank: its mean is the mean over ranks,
 and the slowest rank is named beside it with its own mean.
+
+Where the spans carry the registry's ``conventions.cpu_attribute`` (the CPU seconds their process
+spent inside them), each phase shows ``cpu/wall``: the CPU seconds of the measured spans at or
+below it over their wall seconds. 1.0 is one core kept busy; below 1 the processes waited (a
+collective, I/O) or were not given a core (a busy machine), which a slow step alone cannot tell
+apart from a regression; above 1 several threads ran at once.
 """
 
 from __future__ import annotations
@@ -50,6 +56,9 @@ class PhaseTime:
     """The steps it ran in (fewer than the run's for an occasional phase: evaluation)."""
     each_s: float = 0.0
     """Seconds per step it ran in (per occurrence, for an occasional phase)."""
+    cpu_per_wall: float | None = None
+    """CPU over wall seconds of the spans at or below it that carry the registry's
+    ``conventions.cpu_attribute``; None where none does."""
 
 
 @dataclass(frozen=True)
@@ -64,14 +73,18 @@ class Breakdown:
         if not self.steps:
             return f"where the step time went: {self.hint or 'no step spans in the trace files'}"
         ranked = any(p.slowest for p in self.phases)
+        cpu = any(p.cpu_per_wall is not None for p in self.phases)
         lines = [
             f"where the step time went ({self.steps} steps, mean step {self.mean_step_s:.3f} s):",
             f"  {'phase':44} {'mean s':>8} {'share':>7}  {'bucket':10}"
+            + (f" {'cpu/wall':>8}" if cpu else "")
             + ("  slowest rank (s/step)" if ranked else ""),
         ]
         for p in self.phases:
             label = "  " * p.depth + p.name
             row = f"  {label:44} {p.mean_s:8.3f} {p.share:7.1%}  {p.bucket or '-':10}"
+            if cpu:
+                row += f" {p.cpu_per_wall:8.2f}" if p.cpu_per_wall is not None else f" {'-':>8}"
             if p.slowest:
                 row += f"  {p.slowest[0]} {p.slowest[1]:.3f} (mean of {p.ranks} ranks)"
             if 0 < p.steps_with < self.steps:  # averaged over every step: say how it was
@@ -79,6 +92,11 @@ class Breakdown:
             lines.append(row.rstrip())
         summary = ", ".join(f"{b} {s:.1%}" for b, s in self.buckets.items())
         lines.append(f"  efficiency: {summary}")
+        if cpu:
+            lines.append(
+                "  cpu/wall: CPU seconds of the measured processes over their wall seconds "
+                "(1.0 one busy core; below 1 waiting, or no core free: a busy machine)"
+            )
         return "\n".join(lines)
 
 
@@ -104,6 +122,7 @@ class BreakdownFold:
         self.counts: dict[tuple[str, ...], int] = defaultdict(int)
         self.present: dict[tuple[str, ...], int] = defaultdict(int)  # steps a phase ran in
         self.bucket_totals: dict[str, float] = defaultdict(float)
+        self.cpu: dict[tuple[str, ...], list[float]] = {}  # path -> [cpu s, wall s]
         self.step_total = 0.0
         self.steps = 0
 
@@ -119,6 +138,11 @@ class BreakdownFold:
             self.present[path] += 1
         for bucket, seconds in step.buckets.items():
             self.bucket_totals[bucket] += seconds
+        for path, lanes in step.cpu.items():
+            total = self.cpu.setdefault(path, [0.0, 0.0])
+            for used, wall in lanes.values():
+                total[0] += used
+                total[1] += wall
 
     def result(self, spec: Spec) -> Breakdown:
         """The :class:`Breakdown` of the steps added; with none, one whose ``hint`` says why."""
@@ -144,6 +168,7 @@ class BreakdownFold:
             ranks = len(by_lane)
             total = sum(by_lane.values())
             slowest = max(by_lane.items(), key=lambda kv: kv[1]) if ranks > 1 else None
+            used, wall = self.cpu.get(path, (0.0, 0.0))
             phases.append(
                 PhaseTime(
                     name=path[-1],
@@ -156,6 +181,7 @@ class BreakdownFold:
                     slowest=(slowest[0], slowest[1] / n) if slowest else None,
                     steps_with=self.present[path],
                     each_s=total / ranks / self.present[path] if self.present[path] else 0.0,
+                    cpu_per_wall=used / wall if wall > 0 else None,
                 )
             )
         buckets = {

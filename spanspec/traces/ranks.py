@@ -1,5 +1,7 @@
 """Lanes side by side: per step and phase, each lane's time, the skew, the straggler, the time
-lost to it, and each phase's peaks (the registry's ``conventions.peak_attributes``) per lane.
+lost to it, each phase's peaks (the registry's ``conventions.peak_attributes``) per lane, and
+its CPU over wall time per lane (``conventions.cpu_attribute``: a lane below the others was
+waiting, or not given a core).
 
 A *group* is the lanes sharing the first of ``conventions.lane_attributes`` (the ranks of one
 worker group); the main lane is left out. For every step (``conventions.step_span``) and every
@@ -51,6 +53,8 @@ class RankReport:
     """Peak attribute -> phase -> lane -> the largest value."""
     resources: dict[str, Mapping[str, Any]] = field(default_factory=dict)
     """Lane -> the resource of its process."""
+    cpu: dict[str, dict[str, tuple[float, float]]] = field(default_factory=dict)
+    """Phase -> lane -> (CPU seconds, wall seconds) of its spans carrying the CPU attribute."""
 
     def stragglers(self) -> list[Straggler]:
         """Every straggler, phase by phase."""
@@ -59,7 +63,8 @@ class RankReport:
     def format(self, name_lane: Callable[[str, Mapping[str, Any]], str] | None = None) -> str:
         """The text section: each phase's median and slowest lane, the time lost, one line per
         straggler (``straggler: <lane> ...``; ``name_lane(label, resource)`` names a lane), and
-        the peaks per phase and lane. Empty when no group has two lanes and no span holds a peak."""
+        the peaks and CPU / wall per phase and lane. Empty when no group has two lanes and no
+        span holds a peak or CPU seconds."""
         name = name_lane or _default_name
         lines = (
             []
@@ -107,6 +112,20 @@ class RankReport:
                     for lane in lanes
                 ]
                 lines.append(f"  {phase:34} " + " ".join(cells))
+        if self.cpu:
+            lanes = sorted({lane for v in self.cpu.values() for lane in v}, key=_lane_sort)
+            lines.append(
+                "cpu/wall per phase and lane (1.0: one busy core; below: waiting or no core):"
+            )
+            lines.append(f"  {'phase':34} " + " ".join(f"{lane:>12}" for lane in lanes))
+            for phase, values in self.cpu.items():
+                cells = [
+                    f"{values[lane][0] / values[lane][1]:12.2f}"
+                    if values.get(lane, (0.0, 0.0))[1] > 0
+                    else f"{'-':>12}"
+                    for lane in lanes
+                ]
+                lines.append(f"  {phase:34} " + " ".join(cells))
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -149,6 +168,7 @@ class RankFold:
             a: {} for a in spec.conventions.peak_attributes
         }
         self._resources: dict[str, Mapping[str, Any]] = {}
+        self._cpu: dict[str, dict[str, tuple[float, float]]] = {}
         # (phase, group) -> step -> lane -> seconds
         self._work: dict[tuple[str, str], dict[int, dict[str, float]]] = defaultdict(dict)
         self._waits: dict[tuple[str, str], dict[int, dict[str, float]]] = defaultdict(dict)
@@ -161,6 +181,7 @@ class RankFold:
     def add(self, step: Any, members: Iterable[Any]) -> None:
         """Take one closed step: its step span and the spans of its tree."""
         conventions = self.spec.conventions
+        cpu_key = conventions.cpu_attribute
         number = conventions.step_attribute
         n = step.attributes.get(number) if number else None
         n = n if isinstance(n, int) and n not in self._order else len(self._order)
@@ -177,6 +198,11 @@ class RankFold:
                 if isinstance(value, int | float) and not isinstance(value, bool):
                     by_lane = self._peaks[attr].setdefault(child.name, {})
                     by_lane[lane.label] = max(by_lane.get(lane.label, 0), value)
+            used = child.attributes.get(cpu_key) if cpu_key else None
+            if isinstance(used, int | float) and not isinstance(used, bool):
+                per_lane = self._cpu.setdefault(child.name, {})
+                c, w = per_lane.get(lane.label, (0.0, 0.0))
+                per_lane[lane.label] = (c + float(used), w + child.duration_ns / 1e9)
             table = self._waits if self._idle(child.name) else self._work
             per_lane = table[(child.name, str(lane.key[0]))].setdefault(n, {})
             per_lane[lane.label] = per_lane.get(lane.label, 0.0) + child.duration_ns / 1e9
@@ -217,6 +243,7 @@ class RankFold:
             tuple(dict.fromkeys(wait_names)),
             {a: v for a, v in self._peaks.items() if v},
             self._resources,
+            self._cpu,
         )
 
 

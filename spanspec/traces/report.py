@@ -75,6 +75,7 @@ def _breakdown_json(b: Breakdown) -> dict[str, Any]:
                 "count": p.count,
                 "steps_with": p.steps_with,
                 "each_s": p.each_s,
+                "cpu_per_wall": p.cpu_per_wall,
             }
             for p in b.phases
         ],
@@ -276,6 +277,10 @@ def _ranks_json(ranks: RankReport) -> dict[str, Any]:
         ],
         "lost_s": ranks.lost_s,
         "peaks": ranks.peaks,
+        "cpu": {
+            phase: {lane: c / w for lane, (c, w) in lanes.items() if w > 0}
+            for phase, lanes in ranks.cpu.items()
+        },
         "html": heat_map_html(ranks),
     }
 

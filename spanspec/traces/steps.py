@@ -12,6 +12,11 @@ A phase is a path of span names below the step (``("x.rollout", "x.generation")`
 several processes ran is kept per lane (the registry's ``conventions.lane_attributes``). For the
 buckets, the time of a span counts once, at the highest span below the step whose group has a
 bucket, and what no bucketed span covers is ``unattributed``.
+
+Where the registry names a ``conventions.cpu_attribute`` (the CPU seconds a span's process spent
+inside it), each phase also keeps, per lane, the CPU and wall seconds of the spans that carry it:
+a span's own, or, for a phase that does not carry it (a driver's phase), those of the highest
+carrying spans below it. Their ratio is how busy the processes doing the phase were.
 """
 
 from __future__ import annotations
@@ -54,7 +59,9 @@ class StepTimes:
 
     ``phases`` maps a phase path (span names below the step) to its seconds per lane, in the
     order the phases were first met (depth first, children in start order); ``counts`` to its
-    number of spans. ``buckets`` maps each bucket (and ``unattributed``) to seconds.
+    number of spans. ``buckets`` maps each bucket (and ``unattributed``) to seconds. ``cpu`` maps
+    a phase path to ``(cpu s, wall s)`` per lane of the spans at or below it that carry the
+    registry's ``conventions.cpu_attribute``.
     """
 
     name: str
@@ -66,6 +73,7 @@ class StepTimes:
     phases: dict[Path_, dict[str, float]] = field(default_factory=dict)
     counts: dict[Path_, int] = field(default_factory=dict)
     buckets: dict[str, float] = field(default_factory=dict)
+    cpu: dict[Path_, dict[str, tuple[float, float]]] = field(default_factory=dict)
 
     def phase_seconds(self, path: Path_) -> float | None:
         """The phase's seconds in this step, the mean over the lanes that ran it; None if absent."""
@@ -93,11 +101,15 @@ def step_times(step: Any, children: dict[str, list[Any]], spec: Spec) -> StepTim
     phases: dict[Path_, dict[str, float]] = {}
     counts: dict[Path_, int] = {}
     buckets: dict[str, float] = defaultdict(float)
+    cpu_key = conventions.cpu_attribute
+    cpu: dict[Path_, dict[str, tuple[float, float]]] = {}
     covered = 0.0
     seen = {step.span_id}
-    stack: list[tuple[Any, Path_, bool]] = [(step, (), False)]
+    # (span, its path, whether a bucketed span above counted it, the depth of the nearest span
+    # above that carries the CPU attribute: 0 for none)
+    stack: list[tuple[Any, Path_, bool, int]] = [(step, (), False, 0)]
     while stack:
-        node, path, counted = stack.pop()
+        node, path, counted, measured = stack.pop()
         kids = sorted(children.get(node.span_id, ()), key=lambda s: s.start_time_unix_nano)
         pending = []
         for child in kids:
@@ -115,7 +127,17 @@ def step_times(step: Any, children: dict[str, list[Any]], spec: Spec) -> StepTim
                 buckets[bucket] += _seconds(child)
                 covered += _seconds(child)
                 below = True
-            pending.append((child, here, below))
+            inner = measured
+            used = child.attributes.get(cpu_key) if cpu_key else None
+            if isinstance(used, int | float) and not isinstance(used, bool):
+                # counted at its own phase and each phase above it up to the nearest measured one
+                wall = _seconds(child)
+                for depth in range(measured + 1, len(here) + 1):
+                    per_lane = cpu.setdefault(_PATHS[here[:depth]], {})
+                    c, w = per_lane.get(lane, (0.0, 0.0))
+                    per_lane[lane] = (c + float(used), w + wall)
+                inner = len(here)
+            pending.append((child, here, below, inner))
         stack.extend(reversed(pending))
     buckets["unattributed"] += max(0.0, _seconds(step) - covered)
     number = step.attributes.get(conventions.step_attribute) if conventions.step_attribute else None
@@ -131,6 +153,7 @@ def step_times(step: Any, children: dict[str, list[Any]], spec: Spec) -> StepTim
         phases=phases,
         counts=counts,
         buckets=dict(buckets),
+        cpu=cpu,
     )
 
 

@@ -181,6 +181,7 @@ def test_the_slowed_rank_and_only_it_is_named_during_and_after_the_run(slowed):
     page = html.read_text()
     assert page.count(">straggler<") == 1
     assert re.search(rf"<th>policy {rank} <b class=\"straggler\">straggler</b></th>", page)
+    assert re.search(r'"cpu_per_wall": ?[0-9.]+', page)  # the breakdown table's cpu/wall column
 
 
 def test_every_worker_span_holds_its_memory_peak(slowed):
@@ -210,3 +211,25 @@ def test_model_flops_of_every_training_step_are_in_the_metrics(slowed):
         assert r["train/rank_wait_s"] >= 0
     micro = [s for s in spans if s["name"] == "rl.worker.train_microbatch"]
     assert all(s["attrs"]["rl.flops"] > 0 and s["attrs"]["rl.tokens_per_second"] > 0 for s in micro)
+
+
+def test_every_worker_span_holds_its_cpu_time_and_the_breakdown_shows_cpu_over_wall(slowed):
+    _, lines, _, rank, spans = slowed
+    for s in spans:
+        if s["name"] in WORKER_SPANS:
+            cpu = s["attrs"].get("rl.cpu.seconds")
+            assert isinstance(cpu, float) and cpu >= 0, s
+    end = next(i for i, line in enumerate(lines) if line.startswith("where the step time went"))
+    assert lines[end + 1].split()[5] == "cpu/wall", lines[end + 1]
+    # the breakdown's row (the ranks section below it has rows of that name too)
+    row = next(
+        r for line in lines[end:] if (r := line.split())[:1] == ["rl.worker.train_microbatch"]
+    )
+    assert 0 < float(row[4]) < 16, row  # CPU over wall of the two ranks' micro-batches
+    # per rank: the rank stopped half the time got a core for less of its wall time
+    at = next(i for i, line in enumerate(lines) if line.startswith("cpu/wall per phase and lane"))
+    words = lines[at + 1].split()[1:]  # lanes of two words each: "generation 0", "policy 1"
+    lanes = [" ".join(words[i : i + 2]) for i in range(0, len(words), 2)]
+    cells = next(line.split() for line in lines[at + 2 :] if "rl.worker.train_microbatch" in line)
+    ratio = {lane: float(v) for lane, v in zip(lanes, cells[1:], strict=True) if v != "-"}
+    assert ratio[f"policy {rank}"] < ratio[f"policy {1 - rank}"], ratio

@@ -92,3 +92,68 @@ def test_an_occasional_phase_says_how_often_and_its_work_takes_its_bucket():
     text = str(result)
     assert "in 1 of 3 steps, 0.300 s each" in text
     assert "rl.grpo.data_processing" in text and "of 3 steps" not in text.split("\n")[2]
+
+
+def test_cpu_over_wall_per_phase_from_the_spans_that_carry_it():
+    """The registry's conventions.cpu_attribute: a worker span's CPU seconds over its wall time,
+    rolled up into the driver phase above it (counted once where measured spans nest), per lane
+    in the ranks section, and '-' for a phase nothing measured."""
+    from spanspec.traces.ranks import compute_ranks
+
+    trace, t0 = "c" * 32, 0
+    driver = {"rl.worker.group": "driver"}
+
+    def rec(name, sid, parent, a, b, attrs=None, res=driver):
+        return SpanRecord(name, trace, sid * 16, parent and parent * 16, t0 + int(a * S),
+                          t0 + int(b * S), attrs or {}, res)  # fmt: skip
+
+    spans = [
+        rec("rl.grpo.step", "0", None, 0.0, 4.0, {"rl.iteration": 0}),
+        rec("rl.grpo.data_processing", "1", "0", 0.0, 0.5),
+        rec("rl.grpo.policy_update", "2", "0", 1.0, 4.0),
+    ]
+    for rank, (wall, cpu) in enumerate(((1.0, 0.9), (2.0, 0.5))):  # rank 1: stopped half the time
+        res = {"rl.worker.group": "policy", "rl.worker.rank": rank}
+        sid = str(3 + rank)
+        spans.append(
+            rec(
+                "rl.worker.train_microbatch",
+                sid,
+                "2",
+                1.0,
+                1.0 + wall,
+                {"rl.cpu.seconds": cpu},
+                res,
+            )
+        )
+    # measured inside a measured span: its own phase shows it, the phases above count it once
+    res0 = {"rl.worker.group": "policy", "rl.worker.rank": 0}
+    spans.append(rec("rl.worker.allreduce", "5", "3", 1.5, 1.7, {"rl.cpu.seconds": 0.1}, res0))
+
+    result = compute_breakdown(spans, spanspec.load())
+    ratio = {p.name: p.cpu_per_wall for p in result.phases}
+    assert ratio["rl.grpo.data_processing"] is None
+    assert ratio["rl.grpo.policy_update"] == pytest.approx(1.4 / 3.0)
+    assert ratio["rl.worker.train_microbatch"] == pytest.approx(1.4 / 3.0)
+    assert ratio["rl.worker.allreduce"] == pytest.approx(0.5)
+    lines = str(result).splitlines()
+    assert lines[1].split()[5] == "cpu/wall"
+    row = next(line for line in lines if "rl.grpo.policy_update" in line)
+    assert row.split()[4] == "0.47"
+    assert next(line for line in lines if "rl.grpo.data_processing" in line).split()[4] == "-"
+    assert any(line.strip().startswith("cpu/wall: CPU seconds") for line in lines)
+
+    ranks = compute_ranks(spans, spanspec.load())
+    per_lane = ranks.cpu["rl.worker.train_microbatch"]
+    assert per_lane["policy 0"] == pytest.approx((0.9, 1.0))
+    assert per_lane["policy 1"] == pytest.approx((0.5, 2.0))
+    text = ranks.format().splitlines()
+    at = text.index(next(line for line in text if line.startswith("cpu/wall per phase and lane")))
+    assert text[at + 1].split() == ["phase", "policy", "0", "policy", "1"]
+    assert text[at + 2].split() == ["rl.worker.train_microbatch", "0.90", "0.25"]
+
+
+def test_without_cpu_seconds_the_table_has_no_cpu_column():
+    result = compute_breakdown(_step("d" * 32, 0.0, 0.4), spanspec.load())
+    assert all(p.cpu_per_wall is None for p in result.phases)
+    assert "cpu/wall" not in str(result)

@@ -279,6 +279,19 @@ def test_the_shipped_registry_names_nemo_rls_conventions():
             "'grop' is not an allowed value of 'rl.algorithm' (did you mean 'grpo'?)",
         ),
         (
+            "cpu_attribute: rl.algorithm",
+            (11, 18),
+            "conventions.cpu_attribute_type",
+            "conventions.cpu_attribute: 'rl.algorithm' is declared string; CPU seconds need a "
+            "number",
+        ),
+        (
+            "cpu_attribute: rl.cpu",
+            (11, 18),
+            "conventions.unknown_attribute",
+            "conventions.cpu_attribute: attribute 'rl.cpu' is not declared",
+        ),
+        (
             "main_lane: driver",
             (11, 14),
             "conventions.main_lane_without_lanes",

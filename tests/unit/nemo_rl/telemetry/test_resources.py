@@ -1,4 +1,4 @@
-"""Memory peaks and model FLOPs of a worker span (nemo_rl.telemetry.resources).
+"""CPU time, memory peaks and model FLOPs of a worker span (nemo_rl.telemetry.resources).
 
 This machine has no GPU: the CUDA attributes (``rl.memory.cuda_peak_*``) are checked to be absent
 here; on a GPU they come from torch.cuda's peak statistics, guarded the same way."""
@@ -6,6 +6,7 @@ here; on a GPU they come from torch.cuda's peak statistics, guarded the same way
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 import torch
@@ -13,12 +14,13 @@ import torch
 import spanspec
 from nemo_rl.models.causal_lm import ModelConfig, build_causal_lm
 from nemo_rl.telemetry.resources import (
-    NO_PEAK,
+    NO_RESOURCES,
     flops_shape,
     model_flops,
     peak_flops,
-    peak_memory,
+    process_cpu_seconds,
     rss_high_water_mark,
+    span_resources,
 )
 
 MiB = 2**20
@@ -36,7 +38,7 @@ def test_a_block_allocated_inside_a_span_is_in_its_peak(spans):
     before = _rss()
     with (
         spanspec.span("rl.worker.optimizer_step", **{"rl.worker.rank": 0}) as span,
-        peak_memory(span),
+        span_resources(span),
     ):
         block = bytearray(b"\x01") * (64 * MiB)  # written, so resident
         del block
@@ -49,17 +51,51 @@ def test_a_block_allocated_inside_a_span_is_in_its_peak(spans):
     # the mark was reset at the span's start: a second span without the block peaks lower
     with (
         spanspec.span("rl.worker.optimizer_step", **{"rl.worker.rank": 0}) as span,
-        peak_memory(span),
+        span_resources(span),
     ):
         pass
     assert spans.all()[-1].attributes["rl.memory.rss_peak_bytes"] < peak - 32 * MiB
     assert rss_high_water_mark() >= _rss() - MiB  # the same counters, read a moment apart
 
 
+def _measured(spans, work) -> tuple[float, float]:
+    """(CPU seconds, wall seconds) of a worker span around ``work()``."""
+    with (
+        spanspec.span("rl.worker.optimizer_step", **{"rl.worker.rank": 0}) as span,
+        span_resources(span),
+    ):
+        work()
+    recorded = spans.all()[-1]
+    return recorded.attributes["rl.cpu.seconds"], (recorded.end_time - recorded.start_time) / 1e9
+
+
+@pytest.mark.skipif(process_cpu_seconds() is None, reason="needs getrusage")
+def test_busy_work_takes_cpu_as_long_as_it_lasts_and_a_sleep_takes_none(spans):
+    clocks = {}
+
+    def spin() -> None:  # 0.25 s of this thread's CPU, however long the machine takes to give it
+        thread, process = time.thread_time(), time.process_time()
+        while time.thread_time() - thread < 0.25:
+            pass
+        clocks["thread"], clocks["process"] = (
+            time.thread_time() - thread,
+            time.process_time() - process,
+        )
+
+    cpu, wall = _measured(spans, spin)
+    # the span's figure is the process's CPU: at least the spinning thread's, at most what every
+    # thread used around it (plus getrusage's microsecond steps)
+    assert clocks["thread"] - 0.002 <= cpu <= clocks["process"] + 0.01, (cpu, clocks)
+    # ~1.0 on a free core; below when the machine runs other work too (what the figure is for)
+    assert cpu / wall > 0.5 or os.getloadavg()[0] > (os.cpu_count() or 1), (cpu, wall)
+    cpu, wall = _measured(spans, lambda: time.sleep(0.3))
+    assert wall >= 0.3 and cpu < 0.03, (cpu, wall)  # waiting uses no CPU
+
+
 @pytest.mark.spanspec(groups="job")
 def test_a_span_that_is_off_costs_no_measurement(spans):
     with spanspec.span("rl.worker.optimizer_step") as span:
-        assert peak_memory(span) is NO_PEAK
+        assert span_resources(span) is NO_RESOURCES
     assert len(spans) == 0
 
 
