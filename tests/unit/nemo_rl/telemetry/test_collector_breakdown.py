@@ -21,7 +21,14 @@ def test_collector_breakdown_counts_collector_work_that_overlapped_the_busy_trai
         resource = TRAINER if trainer else COLLECTOR
         parent_id = parent * 16 if parent else None
         return SpanRecord(
-            name, trace, sid * 16, parent_id, int(a * S), int(b * S), resource=resource, **extra
+            name,
+            trace,
+            sid * 16,
+            parent_id,
+            int((1 + a) * S),
+            int((1 + b) * S),
+            resource=resource,
+            **extra,
         )
 
     rollout = SpanLink("c" * 32, "3" * 16)
