@@ -39,6 +39,7 @@ __all__ = [
     "is_active",
     "sensitive_keys",
     "span",
+    "spans_ended_in_another_thread",
     "traced",
 ]
 
@@ -196,6 +197,8 @@ class _LiveSpan:
         )
 
     def __enter__(self) -> Span:
+        if _handed_over:  # a span this thread entered was ended by another: restore first
+            _restore_handed_over(_thread_id())
         gate, links = self._gate, self._links
         span = gate.tracer.start_span(  # start(), inlined: a call less on the enabled path
             gate.name,
@@ -217,26 +220,68 @@ class _LiveSpan:
             span.end()
         if thread == _thread_id():
             _detach(token)
+            if _handed_over:  # the span below this one may have been ended by another thread
+                _restore_handed_over(thread)
         else:
-            _exited_elsewhere(span)
+            _exited_elsewhere(span, token, thread)
         return False
 
 
-def _exited_elsewhere(span: Span) -> None:
-    """A ``with span(...)`` block exited in another thread than it was entered in (a span
-    handed over): the span is ended; the entering thread's context cannot be restored from
-    here, so it is left, with one warning per span name, instead of the SDK's traceback."""
-    name = getattr(span, "name", "?")
+# Spans entered by one thread and ended by another (a span handed over): entering thread id ->
+# [(span, its context token)]. Only the entering thread can restore its own context (a context
+# token is valid only in the context that made it), so it does, at its next span() enter or
+# exit: while its current span is one of these, that span's token is reset. The ending thread's
+# own context is never touched.
+_handed_over: dict[int, list[tuple[Span, Any]]] = {}
+_handed_over_count = 0
+
+
+def _exited_elsewhere(span: Span, token: Any, thread: int) -> None:
+    """A ``with span(...)`` block exited in another thread than it was entered in: the span is
+    ended (by the caller), the entering thread restores its context at its next span, and one
+    line is logged per span name (no SDK traceback)."""
+    global _handed_over_count
+    name = str(getattr(span, "name", "?"))
     with _warn_lock:
-        if (str(name), "<thread>") in _warned:
+        _handed_over_count += 1
+        alive = {t.ident for t in threading.enumerate()}
+        for ended in [t for t in _handed_over if t not in alive]:
+            del _handed_over[ended]  # a thread that is gone has no context left to restore
+        _handed_over.setdefault(thread, []).append((span, token))
+        if (name, "<thread>") in _warned:
             return
-        _warned.add((str(name), "<thread>"))
+        _warned.add((name, "<thread>"))
     _log.warning(
-        "span %r was ended in another thread than the one that entered it; it is ended, but "
-        "that thread's current span is not restored: enter and exit a span in one thread (use "
-        "links or the span context to hand work over)",
-        shorten(str(name)),
+        "span %r was ended in another thread than the one that entered it; it is ended, and "
+        "that thread's current span is restored at its next span (enter and exit a span in one "
+        "thread; use links or the span context to hand work over)",
+        shorten(name),
     )
+
+
+def _restore_handed_over(thread: int) -> None:
+    """In thread ``thread``: while its current span is one another thread ended, reset the
+    context token its enter made (the span's parent becomes current again)."""
+    if thread not in _handed_over:  # another thread's: this one pays a lookup, no lock
+        return
+    with _warn_lock:
+        pending = _handed_over.get(thread, [])
+        while pending:
+            current = trace.get_current_span()
+            match = next((i for i, (s, _) in enumerate(pending) if s is current), None)
+            if match is None:  # a span still open above it, or another context of this thread
+                return
+            _, token = pending.pop(match)
+            try:
+                token.var.reset(token)  # an OpenTelemetry context token is a contextvars Token
+            except (AttributeError, ValueError, RuntimeError):
+                return  # not made in this context: leave it
+        del _handed_over[thread]
+
+
+def spans_ended_in_another_thread() -> int:
+    """Return how many spans were ended by another thread than the one that entered them."""
+    return _handed_over_count
 
 
 class _WatchedSpan(_LiveSpan):
