@@ -15,6 +15,7 @@ import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
+from contextvars import ContextVar
 from typing import Any, TypeVar, cast
 
 from opentelemetry import context as otel_context
@@ -58,6 +59,35 @@ _log = logging.getLogger("spanspec")
 # Bound once: the enabled path calls them on every span.
 _attach, _detach, _in_context = otel_context.attach, otel_context.detach, trace.set_span_in_context
 _thread_id = threading.get_ident
+_INTERNAL = trace.SpanKind.INTERNAL
+
+
+def _current_context_var() -> tuple[ContextVar[Any] | None, str]:
+    """The ``ContextVar`` that holds OpenTelemetry's current context, and the key its span is
+    kept under, when OpenTelemetry runs its default (contextvars) runtime context; else
+    ``(None, "")`` and the public ``attach``/``detach`` are used.
+
+    Setting the variable directly is what ``attach(set_span_in_context(span))`` does, minus five
+    Python calls on every enabled span; it is checked here, once, against the public functions.
+    """
+    var = getattr(getattr(otel_context, "_RUNTIME_CONTEXT", None), "_current_context", None)
+    if not isinstance(var, ContextVar):
+        return None, ""
+    try:
+        keys = list(trace.set_span_in_context(INVALID_SPAN, otel_context.Context()))
+        token = var.set(otel_context.Context({**var.get(), keys[0]: INVALID_SPAN}))
+        try:
+            same = len(keys) == 1 and trace.get_current_span() is INVALID_SPAN
+            same = same and otel_context.get_current() is var.get()
+        finally:
+            var.reset(token)
+    except Exception:
+        return None, ""
+    return (var, keys[0]) if same else (None, "")
+
+
+_CONTEXT, _SPAN_KEY = _current_context_var()
+_Context = otel_context.Context
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -199,14 +229,29 @@ class _LiveSpan:
     def __enter__(self) -> Span:
         if _handed_over:  # a span this thread entered was ended by another: restore first
             _restore_handed_over(_thread_id())
-        gate, links = self._gate, self._links
-        span = gate.tracer.start_span(  # start(), inlined: a call less on the enabled path
-            gate.name,
-            attributes=gate.clean(self._attributes) if self._attributes else None,
-            links=_as_links(links) if links else None,
-        )
+        gate, attributes, links = self._gate, self._attributes, self._links
+        if attributes:  # gate.clean(), inlined: the common case (all declared, exact types) first
+            types = gate.types
+            for key, value in attributes.items():
+                if type(value) is not types.get(key):  # undeclared and None never match
+                    attributes = gate._cleaned(attributes)
+                    break
+        else:
+            attributes = None
+        links = _as_links(links) if links else None
+        var = _CONTEXT
+        if var is not None:
+            # start() and attach(set_span_in_context(span)), inlined for the contextvars runtime:
+            # the current context is read once and handed to the SDK (which would read it
+            # twice more), positionally: (name, context, kind, attributes, links).
+            current = var.get()
+            span = gate.tracer.start_span(gate.name, current, _INTERNAL, attributes, links)
+            token = var.set(_Context({**current, _SPAN_KEY: span}))
+        else:
+            span = gate.tracer.start_span(gate.name, None, _INTERNAL, attributes, links)
+            token = _attach(_in_context(span))
         # The thread is kept with the token: only the thread that entered can restore its context.
-        self._open = (span, _attach(_in_context(span)), _thread_id(), self._open)
+        self._open = (span, token, _thread_id(), self._open)
         return span
 
     def __exit__(
@@ -218,12 +263,19 @@ class _LiveSpan:
             if exc is not None and not isinstance(exc, GeneratorExit):  # a generator closed
                 _fail(span, exc)
             span.end()
-        if thread == _thread_id():
-            _detach(token)
-            if _handed_over:  # the span below this one may have been ended by another thread
-                _restore_handed_over(thread)
-        else:
+        if thread != _thread_id():
             _exited_elsewhere(span, token, thread)
+            return False
+        if _CONTEXT is None:
+            _detach(token)
+        else:
+            try:
+                _CONTEXT.reset(token)
+            except (ValueError, RuntimeError):  # entered in another context of this thread
+                _exited_elsewhere(span, token, thread)
+                return False
+        if _handed_over:  # the span below this one may have been ended by another thread
+            _restore_handed_over(thread)
         return False
 
 
