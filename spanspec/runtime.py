@@ -272,7 +272,7 @@ class _LiveSpan:
             try:
                 _CONTEXT.reset(token)
             except (ValueError, RuntimeError):  # entered in another context of this thread
-                _exited_elsewhere(span, token, thread)
+                _exited_elsewhere(span, token, thread, "context (asyncio task)")
                 return False
         if _handed_over:  # the span below this one may have been ended by another thread
             _restore_handed_over(thread)
@@ -288,7 +288,7 @@ _handed_over: dict[int, list[tuple[Span, Any]]] = {}
 _handed_over_count = 0
 
 
-def _exited_elsewhere(span: Span, token: Any, thread: int) -> None:
+def _exited_elsewhere(span: Span, token: Any, thread: int, where: str = "thread") -> None:
     """A ``with span(...)`` block exited in another thread than it was entered in: the span is
     ended (by the caller), the entering thread restores its context at its next span, and one
     line is logged per span name (no SDK traceback)."""
@@ -304,10 +304,11 @@ def _exited_elsewhere(span: Span, token: Any, thread: int) -> None:
             return
         _warned.add((name, "<thread>"))
     _log.warning(
-        "span %r was ended in another thread than the one that entered it; it is ended, and "
-        "that thread's current span is restored at its next span (enter and exit a span in one "
-        "thread; use links or the span context to hand work over)",
+        "span %r was ended in another %s than the one that entered it; it is ended, and "
+        "that one's current span is restored at its next span (enter and exit a span in one "
+        "thread and task; use links or the span context to hand work over)",
         shorten(name),
+        where,
     )
 
 

@@ -422,3 +422,26 @@ def test_a_nested_span_still_open_keeps_its_place_when_its_parent_is_ended_elsew
         # the inner exit restores what it found, then the ended parent is popped too
         assert trace.get_current_span() is trace.INVALID_SPAN
     assert sorted(spans.names()) == sorted(["rl.grpo.step", ROLLOUT])
+
+
+def test_a_span_exited_in_another_asyncio_task_is_ended_without_a_traceback(spec, caplog):
+    async def main() -> None:
+        block = spanspec.span(ROLLOUT, **{"rl.iteration": 0})
+        entered = asyncio.get_running_loop().create_future()
+
+        async def enter() -> None:
+            entered.set_result(block.__enter__())
+
+        async def leave() -> None:
+            await entered
+            block.__exit__(None, None, None)  # another task: another context, same thread
+            assert trace.get_current_span() is trace.INVALID_SPAN
+
+        await asyncio.gather(enter(), leave())
+        assert not entered.result().is_recording()
+
+    with capture(spec, groups="per_step") as spans, caplog.at_level(logging.WARNING):
+        asyncio.run(main())
+    assert spans.names() == [ROLLOUT]
+    assert not [r for r in caplog.records if r.exc_info], caplog.text
+    assert any("ended in another" in r.getMessage() for r in caplog.records)
