@@ -35,16 +35,35 @@ from nemo_rl.distributed.ray_cluster import WorkerDied, spawn_actor
 from nemo_rl.distributed.trace_context import call, remember_pid
 
 __all__ = [
+    "CLOSE_TIMEOUT_S",
     "PLACEMENT_TIMEOUT_S",
     "Placement",
     "RankInfo",
     "WorkerGroup",
+    "close_timeout_s",
     "free_port",
+    "stop_promptly",
 ]
 
 Placement = Literal["pack", "spread"]
 PLACEMENT_TIMEOUT_S = 60.0
 """How long a placement group may wait for its resources before the run fails naming them."""
+CLOSE_TIMEOUT_S = 30.0
+"""How long closing waits, in all, for the workers' own telemetry flush before killing them."""
+_close_timeout_s = CLOSE_TIMEOUT_S
+
+
+def stop_promptly(timeout_s: float) -> None:
+    """The run is being stopped (a stop signal): from now on closing waits at most
+    ``timeout_s`` in all for the workers' flush, so a stopped or stuck worker (``SIGSTOP``, a
+    hung collective) is killed instead of holding the exit for :data:`CLOSE_TIMEOUT_S`."""
+    global _close_timeout_s
+    _close_timeout_s = min(_close_timeout_s, max(0.0, timeout_s))
+
+
+def close_timeout_s() -> float:
+    """Return how long closing waits, in all, for the workers' flush (see :func:`stop_promptly`)."""
+    return _close_timeout_s
 
 
 @dataclass(frozen=True)
@@ -227,9 +246,15 @@ class WorkerGroup:
         collective waiting for it, and would not answer."""
         out = []
         if not self._broken:
-            for ref in [a.close.remote() for a in self.actors]:
+            refs = [a.close.remote() for a in self.actors]
+            # One deadline for all ranks: a rank that does not answer in time (stopped, stuck)
+            # is killed below with the others.
+            done, _ = ray.wait(refs, num_returns=len(refs), timeout=close_timeout_s())
+            for ref in refs:
+                if ref not in done:
+                    continue
                 try:
-                    out.append(ray.get(ref, timeout=30))
+                    out.append(ray.get(ref, timeout=0))
                 except (RayActorError, RayTaskError, GetTimeoutError):
                     pass  # a dead rank has nothing left to flush; the run already failed
         for actor in self.actors:
