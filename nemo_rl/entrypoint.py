@@ -13,8 +13,9 @@ died exits 1 naming the worker. A traceback means a bug.
 
 SIGTERM (to the driver, or to a worker) ends the run cleanly: the driver's telemetry is flushed
 within its shutdown bound with every open span, the job span included, ended as
-``spanspec.truncated``; the workers are stopped and flushed, Ray is shut down (no process left)
-and the exit code is 143 (128 + SIGTERM). SIGHUP (the terminal or ssh session closed) and SIGINT
+``spanspec.truncated``; the workers are flushed (all at once, within the same bound and a second:
+a stopped or stuck worker is killed, not waited for), Ray is shut down (no process left) and the
+exit code is 143 (128 + SIGTERM). SIGHUP (the terminal or ssh session closed) and SIGINT
 (Ctrl-C) to the driver end it the same way, with one line and exit codes 129 and 130.
 """
 

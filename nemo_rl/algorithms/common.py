@@ -497,13 +497,16 @@ def stop_workers(*workers: Any) -> list[TelemetryCost]:
     already died (or None) is skipped. Returns what each live process's telemetry cost, for the
     job's cost line."""
     costs: list[TelemetryCost] = []
-    actors = []
-    for w in workers:
-        if isinstance(w, PolicyGroup | GenerationGroup):
-            costs += w.close()
-        elif w is not None:
-            actors.append(w)
+    groups = [w for w in workers if isinstance(w, PolicyGroup | GenerationGroup)]
+    actors = [
+        w for w in workers if w is not None and not isinstance(w, PolicyGroup | GenerationGroup)
+    ]
+    # Every process is asked to flush first, so they all flush at once; then each is waited for.
+    for g in groups:
+        g.begin_close()
     refs = [a.close.remote() for a in actors]
+    for g in groups:
+        costs += g.close()
     done = (
         set(ray.wait(refs, num_returns=len(refs), timeout=close_timeout_s())[0]) if refs else set()
     )

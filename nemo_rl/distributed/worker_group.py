@@ -144,6 +144,7 @@ class WorkerGroup:
             for info in self.infos
         ]
         self._broken = False  # a rank died: the others may be stuck in a collective
+        self._closing: list[Any] | None = None  # the ranks' close() calls, once asked
         self.last_seconds: list[float] = [0.0] * num_workers
         """Seconds from the last gathered call until each rank's answer (rank order)."""
         self._where: list[_Where | None] = [None] * num_workers
@@ -239,6 +240,12 @@ class WorkerGroup:
 
     # -- the end ------------------------------------------------------------------------------
 
+    def begin_close(self) -> None:
+        """Asks every rank to flush its telemetry and returns at once; :meth:`close` then waits
+        for those calls. Groups closed together flush at the same time, not one after another."""
+        if not self._broken and self._closing is None:
+            self._closing = [a.close.remote() for a in self.actors]
+
     def close(self) -> list[Any]:
         """Flushes every rank's telemetry (``close()``, bounded), stops the actors and frees the
         placement group; returns what each live rank's ``close()`` returned (a rank that already
@@ -246,7 +253,8 @@ class WorkerGroup:
         collective waiting for it, and would not answer."""
         out = []
         if not self._broken:
-            refs = [a.close.remote() for a in self.actors]
+            self.begin_close()
+            refs = self._closing or []
             # One deadline for all ranks: a rank that does not answer in time (stopped, stuck)
             # is killed below with the others.
             done, _ = ray.wait(refs, num_returns=len(refs), timeout=close_timeout_s())
