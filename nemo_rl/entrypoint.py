@@ -13,8 +13,9 @@ died exits 1 naming the worker. A traceback means a bug.
 
 SIGTERM (to the driver, or to a worker) ends the run cleanly: the driver's telemetry is flushed
 within its shutdown bound with every open span, the job span included, ended as
-``spanspec.truncated``; the workers are stopped and flushed, Ray is shut down (no process left)
-and the exit code is 143 (128 + SIGTERM). SIGHUP (the terminal or ssh session closed) and SIGINT
+``spanspec.truncated``; the workers are flushed (all at once, within the same bound and a second:
+a stopped or stuck worker is killed, not waited for), Ray is shut down (no process left) and the
+exit code is 143 (128 + SIGTERM). SIGHUP (the terminal or ssh session closed) and SIGINT
 (Ctrl-C) to the driver end it the same way, with one line and exit codes 129 and 130.
 """
 
@@ -36,6 +37,7 @@ from pydantic import BaseModel, ValidationError
 from nemo_rl.algorithms.common import RunResult, cluster_address_problem
 from nemo_rl.algorithms.task import run_inputs
 from nemo_rl.distributed import WorkerDied
+from nemo_rl.distributed.worker_group import stop_promptly
 from nemo_rl.telemetry import (
     RunIdentity,
     check_telemetry,
@@ -139,7 +141,7 @@ def _run_loop(loop: Loop, argv: Sequence[str] | None, doc: str | None) -> int:
     threshold = settings.extra.get("straggler_threshold", STRAGGLER_THRESHOLD.default)
     stragglers.configure(threshold)
     steps_done = functools.partial(_steps_done, loop, cfg, settings, threshold)
-    terminate = _Terminate()
+    terminate = _Terminate(settings.shutdown_timeout_s)
     try:
         with terminate:
             result = loop.run(cfg, identity.job_attributes(settings))
@@ -180,9 +182,13 @@ class _Terminate:
 
     ``ray.init`` installs its own SIGTERM handler; :func:`nemo_rl.distributed.init_ray` puts
     back the ones it found, which are these. Another stop signal during the teardown is ignored.
+    The teardown then waits for the workers' own flush within ``flush_s`` (the shutdown bound) and
+    a second, not :data:`~nemo_rl.distributed.worker_group.CLOSE_TIMEOUT_S`: a stopped or stuck
+    worker is killed instead of holding the exit.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, flush_s: float = 5.0) -> None:
+        self.flush_s = flush_s
         self.received = 0  # the signal that stopped the run, or 0
         self.stats: ExportStats | None = None  # the driver's telemetry, flushed at the signal
         self._previous: dict[int, Any] = {}
@@ -210,6 +216,7 @@ class _Terminate:
         if self.received:
             return
         self.received = signum
+        stop_promptly(self.flush_s + 1.0)  # the workers flush as the driver did, then are killed
         # bounded; open spans, the job span too, end as truncated; its stats make the cost line
         self.stats = shutdown_telemetry()
         raise KeyboardInterrupt(signal.Signals(signum).name)

@@ -15,6 +15,7 @@ import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
+from contextvars import ContextVar
 from typing import Any, TypeVar, cast
 
 from opentelemetry import context as otel_context
@@ -39,6 +40,7 @@ __all__ = [
     "is_active",
     "sensitive_keys",
     "span",
+    "spans_ended_in_another_thread",
     "traced",
 ]
 
@@ -57,6 +59,35 @@ _log = logging.getLogger("spanspec")
 # Bound once: the enabled path calls them on every span.
 _attach, _detach, _in_context = otel_context.attach, otel_context.detach, trace.set_span_in_context
 _thread_id = threading.get_ident
+_INTERNAL = trace.SpanKind.INTERNAL
+
+
+def _current_context_var() -> tuple[ContextVar[Any] | None, str]:
+    """The ``ContextVar`` that holds OpenTelemetry's current context, and the key its span is
+    kept under, when OpenTelemetry runs its default (contextvars) runtime context; else
+    ``(None, "")`` and the public ``attach``/``detach`` are used.
+
+    Setting the variable directly is what ``attach(set_span_in_context(span))`` does, minus five
+    Python calls on every enabled span; it is checked here, once, against the public functions.
+    """
+    var = getattr(getattr(otel_context, "_RUNTIME_CONTEXT", None), "_current_context", None)
+    if not isinstance(var, ContextVar):
+        return None, ""
+    try:
+        keys = list(trace.set_span_in_context(INVALID_SPAN, otel_context.Context()))
+        token = var.set(otel_context.Context({**var.get(), keys[0]: INVALID_SPAN}))
+        try:
+            same = len(keys) == 1 and trace.get_current_span() is INVALID_SPAN
+            same = same and otel_context.get_current() is var.get()
+        finally:
+            var.reset(token)
+    except Exception:
+        return None, ""
+    return (var, keys[0]) if same else (None, "")
+
+
+_CONTEXT, _SPAN_KEY = _current_context_var()
+_Context = otel_context.Context
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -196,14 +227,31 @@ class _LiveSpan:
         )
 
     def __enter__(self) -> Span:
-        gate, links = self._gate, self._links
-        span = gate.tracer.start_span(  # start(), inlined: a call less on the enabled path
-            gate.name,
-            attributes=gate.clean(self._attributes) if self._attributes else None,
-            links=_as_links(links) if links else None,
-        )
+        if _handed_over:  # a span this thread entered was ended by another: restore first
+            _restore_handed_over(_thread_id())
+        gate, attributes, links = self._gate, self._attributes, self._links
+        if attributes:  # gate.clean(), inlined: the common case (all declared, exact types) first
+            types = gate.types
+            for key, value in attributes.items():
+                if type(value) is not types.get(key):  # undeclared and None never match
+                    attributes = gate._cleaned(attributes)
+                    break
+        else:
+            attributes = None
+        links = _as_links(links) if links else None
+        var = _CONTEXT
+        if var is not None:
+            # start() and attach(set_span_in_context(span)), inlined for the contextvars runtime:
+            # the current context is read once and handed to the SDK (which would read it
+            # twice more), positionally: (name, context, kind, attributes, links).
+            current = var.get()
+            span = gate.tracer.start_span(gate.name, current, _INTERNAL, attributes, links)
+            token = var.set(_Context({**current, _SPAN_KEY: span}))
+        else:
+            span = gate.tracer.start_span(gate.name, None, _INTERNAL, attributes, links)
+            token = _attach(_in_context(span))
         # The thread is kept with the token: only the thread that entered can restore its context.
-        self._open = (span, _attach(_in_context(span)), _thread_id(), self._open)
+        self._open = (span, token, _thread_id(), self._open)
         return span
 
     def __exit__(
@@ -215,28 +263,78 @@ class _LiveSpan:
             if exc is not None and not isinstance(exc, GeneratorExit):  # a generator closed
                 _fail(span, exc)
             span.end()
-        if thread == _thread_id():
+        if thread != _thread_id():
+            _exited_elsewhere(span, token, thread)
+            return False
+        if _CONTEXT is None:
             _detach(token)
         else:
-            _exited_elsewhere(span)
+            try:
+                _CONTEXT.reset(token)
+            except (ValueError, RuntimeError):  # entered in another context of this thread
+                _exited_elsewhere(span, token, thread, "context (asyncio task)")
+                return False
+        if _handed_over:  # the span below this one may have been ended by another thread
+            _restore_handed_over(thread)
         return False
 
 
-def _exited_elsewhere(span: Span) -> None:
-    """A ``with span(...)`` block exited in another thread than it was entered in (a span
-    handed over): the span is ended; the entering thread's context cannot be restored from
-    here, so it is left, with one warning per span name, instead of the SDK's traceback."""
-    name = getattr(span, "name", "?")
+# Spans entered by one thread and ended by another (a span handed over): entering thread id ->
+# [(span, its context token)]. Only the entering thread can restore its own context (a context
+# token is valid only in the context that made it), so it does, at its next span() enter or
+# exit: while its current span is one of these, that span's token is reset. The ending thread's
+# own context is never touched.
+_handed_over: dict[int, list[tuple[Span, Any]]] = {}
+_handed_over_count = 0
+
+
+def _exited_elsewhere(span: Span, token: Any, thread: int, where: str = "thread") -> None:
+    """A ``with span(...)`` block exited in another thread than it was entered in: the span is
+    ended (by the caller), the entering thread restores its context at its next span, and one
+    line is logged per span name (no SDK traceback)."""
+    global _handed_over_count
+    name = str(getattr(span, "name", "?"))
     with _warn_lock:
-        if (str(name), "<thread>") in _warned:
+        _handed_over_count += 1
+        alive = {t.ident for t in threading.enumerate()}
+        for ended in [t for t in _handed_over if t not in alive]:
+            del _handed_over[ended]  # a thread that is gone has no context left to restore
+        _handed_over.setdefault(thread, []).append((span, token))
+        if (name, "<thread>") in _warned:
             return
-        _warned.add((str(name), "<thread>"))
+        _warned.add((name, "<thread>"))
     _log.warning(
-        "span %r was ended in another thread than the one that entered it; it is ended, but "
-        "that thread's current span is not restored: enter and exit a span in one thread (use "
-        "links or the span context to hand work over)",
-        shorten(str(name)),
+        "span %r was ended in another %s than the one that entered it; it is ended, and "
+        "that one's current span is restored at its next span (enter and exit a span in one "
+        "thread and task; use links or the span context to hand work over)",
+        shorten(name),
+        where,
     )
+
+
+def _restore_handed_over(thread: int) -> None:
+    """In thread ``thread``: while its current span is one another thread ended, reset the
+    context token its enter made (the span's parent becomes current again)."""
+    if thread not in _handed_over:  # another thread's: this one pays a lookup, no lock
+        return
+    with _warn_lock:
+        pending = _handed_over.get(thread, [])
+        while pending:
+            current = trace.get_current_span()
+            match = next((i for i, (s, _) in enumerate(pending) if s is current), None)
+            if match is None:  # a span still open above it, or another context of this thread
+                return
+            _, token = pending.pop(match)
+            try:
+                token.var.reset(token)  # an OpenTelemetry context token is a contextvars Token
+            except (AttributeError, ValueError, RuntimeError):
+                return  # not made in this context: leave it
+        del _handed_over[thread]
+
+
+def spans_ended_in_another_thread() -> int:
+    """Return how many spans were ended by another thread than the one that entered them."""
+    return _handed_over_count
 
 
 class _WatchedSpan(_LiveSpan):

@@ -92,6 +92,7 @@ class _Watched:
         "attributes",
         "bound",
         "calls",
+        "ended",
         "name",
         "parent",
         "span",
@@ -112,6 +113,7 @@ class _Watched:
         self.thread_id = threading.get_ident()
         self.calls: list[_Call] = []
         self.warned = False
+        self.ended = False
 
 
 # -- state ------------------------------------------------------------------------------------
@@ -192,7 +194,7 @@ def watch(
     """Watch ``span`` (just started by this thread) against ``bound`` seconds; None when off."""
     if not _enabled:
         return None
-    watched = _Watched(name, bound, span, attributes, getattr(_local, "top", None))
+    watched = _Watched(name, bound, span, attributes, _top())
     _local.top = watched
     _open[id(watched)] = watched
     if _thread is None or bound < _interval * 10:
@@ -204,9 +206,18 @@ def unwatch(watched: _Watched | None) -> None:
     """The span of ``watched`` ended: forget it (and the worker calls noted on it)."""
     if watched is None:
         return
+    watched.ended = True
     _open.pop(id(watched), None)
     if getattr(_local, "top", None) is watched:
         _local.top = watched.parent
+
+
+def _top() -> _Watched | None:
+    """This thread's innermost watched span still open (one another thread ended is skipped)."""
+    top = getattr(_local, "top", None)
+    while top is not None and top.ended:
+        top = _local.top = top.parent
+    return top
 
 
 def note_call(description: str, pending: Callable[[], bool] | None = None) -> None:
@@ -216,7 +227,7 @@ def note_call(description: str, pending: Callable[[], bool] | None = None) -> No
     whether its result is still awaited (a stall warning lists only those, when it can tell).
     Cleared when the span ends. Costs one attribute lookup when no bounded span is open.
     """
-    top = getattr(_local, "top", None)
+    top = _top()
     if top is None:
         return
     calls = top.calls

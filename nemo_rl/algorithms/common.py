@@ -20,7 +20,7 @@ from nemo_rl.algorithms.task import PROBLEM_ROLES, EnvConfig, Task, make_task
 from nemo_rl.data import DataConfig, PromptIterator, Tokenizer, left_pad
 from nemo_rl.distributed import init_ray, unreachable
 from nemo_rl.distributed.trace_context import remember_pid
-from nemo_rl.distributed.worker_group import Placement
+from nemo_rl.distributed.worker_group import Placement, close_timeout_s
 from nemo_rl.environments import Problem
 from nemo_rl.models.causal_lm import ModelConfig
 from nemo_rl.models.generation.group import GenerationGroup
@@ -497,15 +497,22 @@ def stop_workers(*workers: Any) -> list[TelemetryCost]:
     already died (or None) is skipped. Returns what each live process's telemetry cost, for the
     job's cost line."""
     costs: list[TelemetryCost] = []
-    actors = []
-    for w in workers:
-        if isinstance(w, PolicyGroup | GenerationGroup):
-            costs += w.close()
-        elif w is not None:
-            actors.append(w)
-    for a, ref in [(a, a.close.remote()) for a in actors]:
-        try:
-            cost = ray.get(ref, timeout=30)
+    groups = [w for w in workers if isinstance(w, PolicyGroup | GenerationGroup)]
+    actors = [
+        w for w in workers if w is not None and not isinstance(w, PolicyGroup | GenerationGroup)
+    ]
+    # Every process is asked to flush first, so they all flush at once; then each is waited for.
+    for g in groups:
+        g.begin_close()
+    refs = [a.close.remote() for a in actors]
+    for g in groups:
+        costs += g.close()
+    done = (
+        set(ray.wait(refs, num_returns=len(refs), timeout=close_timeout_s())[0]) if refs else set()
+    )
+    for a, ref in zip(actors, refs, strict=True):
+        try:  # one that did not answer in time (stopped, stuck) is killed all the same
+            cost = ray.get(ref, timeout=0) if ref in done else None
         except Exception:  # a dead worker has nothing left to flush; the run already failed
             cost = None
         if isinstance(cost, TelemetryCost):

@@ -35,16 +35,35 @@ from nemo_rl.distributed.ray_cluster import WorkerDied, spawn_actor
 from nemo_rl.distributed.trace_context import call, remember_pid
 
 __all__ = [
+    "CLOSE_TIMEOUT_S",
     "PLACEMENT_TIMEOUT_S",
     "Placement",
     "RankInfo",
     "WorkerGroup",
+    "close_timeout_s",
     "free_port",
+    "stop_promptly",
 ]
 
 Placement = Literal["pack", "spread"]
 PLACEMENT_TIMEOUT_S = 60.0
 """How long a placement group may wait for its resources before the run fails naming them."""
+CLOSE_TIMEOUT_S = 30.0
+"""How long closing waits, in all, for the workers' own telemetry flush before killing them."""
+_close_timeout_s = CLOSE_TIMEOUT_S
+
+
+def stop_promptly(timeout_s: float) -> None:
+    """The run is being stopped (a stop signal): from now on closing waits at most
+    ``timeout_s`` in all for the workers' flush, so a stopped or stuck worker (``SIGSTOP``, a
+    hung collective) is killed instead of holding the exit for :data:`CLOSE_TIMEOUT_S`."""
+    global _close_timeout_s
+    _close_timeout_s = min(_close_timeout_s, max(0.0, timeout_s))
+
+
+def close_timeout_s() -> float:
+    """Return how long closing waits, in all, for the workers' flush (see :func:`stop_promptly`)."""
+    return _close_timeout_s
 
 
 @dataclass(frozen=True)
@@ -125,6 +144,7 @@ class WorkerGroup:
             for info in self.infos
         ]
         self._broken = False  # a rank died: the others may be stuck in a collective
+        self._closing: list[Any] | None = None  # the ranks' close() calls, once asked
         self.last_seconds: list[float] = [0.0] * num_workers
         """Seconds from the last gathered call until each rank's answer (rank order)."""
         self._where: list[_Where | None] = [None] * num_workers
@@ -220,6 +240,12 @@ class WorkerGroup:
 
     # -- the end ------------------------------------------------------------------------------
 
+    def begin_close(self) -> None:
+        """Asks every rank to flush its telemetry and returns at once; :meth:`close` then waits
+        for those calls. Groups closed together flush at the same time, not one after another."""
+        if not self._broken and self._closing is None:
+            self._closing = [a.close.remote() for a in self.actors]
+
     def close(self) -> list[Any]:
         """Flushes every rank's telemetry (``close()``, bounded), stops the actors and frees the
         placement group; returns what each live rank's ``close()`` returned (a rank that already
@@ -227,9 +253,16 @@ class WorkerGroup:
         collective waiting for it, and would not answer."""
         out = []
         if not self._broken:
-            for ref in [a.close.remote() for a in self.actors]:
+            self.begin_close()
+            refs = self._closing or []
+            # One deadline for all ranks: a rank that does not answer in time (stopped, stuck)
+            # is killed below with the others.
+            done, _ = ray.wait(refs, num_returns=len(refs), timeout=close_timeout_s())
+            for ref in refs:
+                if ref not in done:
+                    continue
                 try:
-                    out.append(ray.get(ref, timeout=30))
+                    out.append(ray.get(ref, timeout=0))
                 except (RayActorError, RayTaskError, GetTimeoutError):
                     pass  # a dead rank has nothing left to flush; the run already failed
         for actor in self.actors:

@@ -161,16 +161,28 @@ def test_sigterm_to_the_driver_with_a_black_hole_collector(tmp_path, runs):
         )
         runs.append(run)
         run.wait_for_step()
-        run.proc.send_signal(signal.SIGTERM)
-        sent = time.monotonic()
-        code, stderr = run.finish()
-        elapsed = time.monotonic() - sent
+        # A stopped policy worker too: its close() never answers, and the exit must not wait
+        # for it (nor for the collector) longer than the bounds.
+        stopped = run.worker("PolicyWorker")
+        os.kill(stopped, signal.SIGSTOP)
+        try:
+            run.proc.send_signal(signal.SIGTERM)
+            sent = time.monotonic()
+            code, stderr = run.finish()
+            elapsed = time.monotonic() - sent
+        finally:
+            try:
+                os.kill(stopped, signal.SIGCONT)
+            except OSError:
+                pass
+    print(f"exit {elapsed:.1f} s after SIGTERM")
     assert code == 143, stderr
     assert "error: terminated by SIGTERM" in stderr
     _assert_steps_done_reported(run)
     assert "Traceback" not in stderr and "ended span" not in stderr, stderr
-    # the driver's own flush is bounded; the rest is stopping workers (each bounded too) and Ray
-    assert elapsed < 4 * SHUTDOWN_S + 30, elapsed
+    # The driver's flush is bounded by SHUTDOWN_S, and so are the workers' (a stopped one is
+    # killed, not waited for); then Ray stops. About 6 s here; 20 s on a loaded box.
+    assert elapsed < 20, elapsed
     spans = _spans(tmp_path / "run" / "telemetry" / "traces.jsonl")
     (job,) = [s for s in spans if s["name"] == "rl.grpo.job"]
     assert job["attrs"].get("spanspec.truncated") is True

@@ -100,6 +100,10 @@ class GenerationGroup:
         from the object store) on every rank; returns the bytes all ranks received."""
         return sum(self.workers.run_all("update_weights", state_dict))
 
+    def begin_close(self) -> None:
+        """Asks every rank to flush its telemetry, without waiting (:meth:`close` waits)."""
+        self.workers.begin_close()
+
     def close(self) -> list[TelemetryCost]:
         """Flushes every rank's telemetry and stops the ranks; returns their telemetry costs."""
         return [c for c in self.workers.close() if isinstance(c, TelemetryCost)]

@@ -160,6 +160,10 @@ class PolicyGroup:
         """Writes the model as a Hugging Face folder (rank 0's); returns ``path``."""
         return self.workers.run_first("save_pretrained", path)
 
+    def begin_close(self) -> None:
+        """Asks every rank to flush its telemetry, without waiting (:meth:`close` waits)."""
+        self.workers.begin_close()
+
     def close(self) -> list[TelemetryCost]:
         """Flushes every rank's telemetry and stops the ranks; returns their telemetry costs."""
         return [c for c in self.workers.close() if isinstance(c, TelemetryCost)]

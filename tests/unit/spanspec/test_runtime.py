@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import threading
 
 import pytest
 from opentelemetry import trace
@@ -370,3 +371,77 @@ def test_span_uses_global_provider_when_none_given(spec):
     spanspec.activate(spec, groups="all")
     with spanspec.span(ROLLOUT, **{"rl.iteration": 0}) as s:
         assert not s.is_recording()
+
+
+def _exit_in_thread(block) -> None:
+    t = threading.Thread(target=block.__exit__, args=(None, None, None))
+    t.start()
+    t.join()
+
+
+def test_a_span_ended_in_another_thread_is_ended_and_no_current_span_is_corrupted(spec, caplog):
+    before = runtime.spans_ended_in_another_thread()
+    with capture(spec, groups="per_step") as spans, caplog.at_level(logging.WARNING):
+        with spanspec.span("rl.grpo.step", **{"rl.iteration": 0}) as step:
+            for i in range(3):  # entered here, ended by another thread
+                block = spanspec.span(ROLLOUT, **{"rl.iteration": i})
+                handed = block.__enter__()
+                seen_there = []
+                t = threading.Thread(
+                    target=lambda b=block, seen=seen_there: (
+                        b.__exit__(None, None, None),
+                        seen.append(trace.get_current_span()),
+                    )
+                )
+                t.start()
+                t.join()
+                # the ending thread's own context is untouched
+                assert seen_there == [trace.INVALID_SPAN]
+                assert not handed.is_recording()  # ended
+                # this thread's next span sees the right parent, and its exit the right current
+                with spanspec.span("rl.grpo.reward", **{"rl.iteration": i}) as reward:
+                    assert trace.get_current_span() is reward
+                assert trace.get_current_span() is step
+        assert trace.get_current_span() is trace.INVALID_SPAN
+    step_id = spans.one("rl.grpo.step").context.span_id
+    assert len(spans.named(ROLLOUT)) == 3
+    assert all(s.parent.span_id == step_id for s in spans.named("rl.grpo.reward"))
+    assert runtime.spans_ended_in_another_thread() == before + 3
+    lines = [r for r in caplog.records if "ended in another" in r.getMessage()]
+    assert len(lines) == 1 and "\n" not in lines[0].getMessage()
+    assert not [r for r in caplog.records if r.exc_info]  # no traceback
+
+
+def test_a_nested_span_still_open_keeps_its_place_when_its_parent_is_ended_elsewhere(spec):
+    with capture(spec, groups="per_step") as spans:
+        outer = spanspec.span("rl.grpo.step", **{"rl.iteration": 0})
+        outer.__enter__()
+        with spanspec.span(ROLLOUT, **{"rl.iteration": 0}) as inner:
+            _exit_in_thread(outer)  # the parent is ended while this one is still open
+            assert trace.get_current_span() is inner
+        # the inner exit restores what it found, then the ended parent is popped too
+        assert trace.get_current_span() is trace.INVALID_SPAN
+    assert sorted(spans.names()) == sorted(["rl.grpo.step", ROLLOUT])
+
+
+def test_a_span_exited_in_another_asyncio_task_is_ended_without_a_traceback(spec, caplog):
+    async def main() -> None:
+        block = spanspec.span(ROLLOUT, **{"rl.iteration": 0})
+        entered = asyncio.get_running_loop().create_future()
+
+        async def enter() -> None:
+            entered.set_result(block.__enter__())
+
+        async def leave() -> None:
+            await entered
+            block.__exit__(None, None, None)  # another task: another context, same thread
+            assert trace.get_current_span() is trace.INVALID_SPAN
+
+        await asyncio.gather(enter(), leave())
+        assert not entered.result().is_recording()
+
+    with capture(spec, groups="per_step") as spans, caplog.at_level(logging.WARNING):
+        asyncio.run(main())
+    assert spans.names() == [ROLLOUT]
+    assert not [r for r in caplog.records if r.exc_info], caplog.text
+    assert any("ended in another" in r.getMessage() for r in caplog.records)
