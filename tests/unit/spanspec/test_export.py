@@ -491,7 +491,12 @@ def test_files_are_appended_to_never_overwritten(clean_env, spec, tmp_path):
         metrics.unbind()
     assert len((tmp_path / "traces.jsonl").read_text().splitlines()) == 2
     assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 2
-    iterations = [a["value"]["intValue"] for s in file_spans(tmp_path) for a in s["attributes"]]
+    iterations = [
+        a["value"]["intValue"]
+        for s in file_spans(tmp_path)
+        for a in s["attributes"]
+        if a["key"] == "rl.iteration"
+    ]
     assert iterations == ["0", "1"]
 
 
