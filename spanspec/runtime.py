@@ -115,7 +115,17 @@ _UNDECLARED = object()
 class _Gate:
     """An enabled span name, prepared: its tracer and per-attribute checks."""
 
-    __slots__ = ("attributes", "bound", "entry", "live", "name", "strict", "tracer", "types")
+    __slots__ = (
+        "attributes",
+        "bound",
+        "constants",
+        "entry",
+        "live",
+        "name",
+        "strict",
+        "tracer",
+        "types",
+    )
 
     def __init__(
         self, name: str, entry: SpanEntry | None, tracer: trace.Tracer, strict: bool
@@ -125,6 +135,10 @@ class _Gate:
         self.tracer = tracer
         self.strict = strict
         self.attributes: Mapping[str, AttributeDef] = entry.attributes if entry else {}
+        # The registry's constants, set at start over the caller's (None: the span has none).
+        self.constants: dict[str, Any] | None = (
+            dict(entry.constants) if entry and entry.constants else None
+        )
         # A span with a max_duration is watched while open; any other pays nothing for it.
         self.bound = entry.max_duration_s if entry else None
         self.live: type[_LiveSpan] = _LiveSpan if self.bound is None else _WatchedSpan
@@ -134,6 +148,13 @@ class _Gate:
             key: FAST_TYPES.get(a.type) if a.allowed is None and not a.sensitive else None
             for key, a in self.attributes.items()
         }
+
+    def start_attributes(self, attributes: dict[str, Any]) -> dict[str, Any] | None:
+        """What a span starts with: the caller's attributes cleaned, the constants over them."""
+        constants = self.constants
+        if constants is None:
+            return self.clean(attributes) if attributes else None
+        return {**self.clean(attributes), **constants} if attributes else constants
 
     def clean(self, attributes: dict[str, Any]) -> dict[str, Any]:
         """Declared, well-typed attributes; sensitive values redacted; the rest dropped or raised.
@@ -222,7 +243,7 @@ class _LiveSpan:
         gate, links = self._gate, self._links
         return gate.tracer.start_span(
             gate.name,
-            attributes=gate.clean(self._attributes) if self._attributes else None,
+            attributes=gate.start_attributes(self._attributes),
             links=_as_links(links) if links else None,
         )
 
@@ -238,6 +259,8 @@ class _LiveSpan:
                     break
         else:
             attributes = None
+        if (constants := gate.constants) is not None:  # the registry's constants, over them
+            attributes = {**attributes, **constants} if attributes else constants
         links = _as_links(links) if links else None
         var = _CONTEXT
         if var is not None:

@@ -118,6 +118,8 @@ class SpanEntry:
     requirements: Mapping[str, str]
     max_duration_s: float | None = None
     """The registry's ``max_duration``: how long the span may stay open before the watchdog warns."""
+    constants: Mapping[str, object] = field(default_factory=dict)
+    """The registry's ``constants`` (its group's, then its own): set on the span at its start."""
 
     @property
     def required(self) -> frozenset[str]:

@@ -4,7 +4,7 @@
 
 Runs in the observability stack's venv (scripts/observability_stack.sh), where `arize-phoenix`
 is installed, not in the project's. Prints ``{"projects": [...], "spans": [{name, span_id,
-parent_id, trace_id, attributes}], "step": <the step span with rl.iteration=ITERATION or null>}``.
+parent_id, trace_id, span_kind, attributes}], "step": <the step span with rl.iteration=ITERATION or null>}``.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ def main(argv: list[str]) -> int:
                 "span_id": s["context"]["span_id"],
                 "trace_id": s["context"]["trace_id"],
                 "parent_id": s.get("parent_id"),
+                "span_kind": s.get("span_kind"),  # Phoenix's reading of openinference.span.kind
                 "attributes": s.get("attributes", {}),
             }
             for s in spans

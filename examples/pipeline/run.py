@@ -69,6 +69,8 @@ def start_telemetry(spec: Spec, settings: Settings, role: str, index: int, proce
             GROUPS_RESOURCE_ATTRIBUTE: ",".join(sorted(spec.resolve(settings.span_groups))),
         },
         register_atexit=False,
+        # With the console exporter, the main process's stdout carries every process's lines.
+        console_owner=index == 0,
     )
     spanspec.activate(spec, groups=settings.span_groups, tracer_provider=handle.tracer_provider)
     return handle

@@ -402,6 +402,7 @@ def init_telemetry_worker(
             node=node,
             handle_sigterm=True,
             label_attributes=label_attributes(spec),
+            console_owner=False,  # the driver's stdout carries the console lines
         )
         _activate(handle, spec)
     except Exception as exc:  # a worker trains on whatever its telemetry settings say

@@ -170,7 +170,10 @@ def _attribute_findings(spec: Spec, call: SpanCall, matched: list[str]) -> list[
             )
     if not call.dynamic_attributes and not call.late:
         given = {k for k, _ in call.attributes}
-        missing = sorted({k for n in matched for k in spec.spans[n].required} - given)
+        missing = sorted(
+            {k for n in matched for k in spec.spans[n].required - spec.spans[n].constants.keys()}
+            - given
+        )
         if missing:
             findings.append(
                 Finding(

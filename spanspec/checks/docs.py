@@ -204,7 +204,8 @@ def render_reference(
         "## Spans",
         "",
         f"A name with `{ALGORITHM_PLACEHOLDER}` stands for one span per algorithm listed. "
-        "Attributes: **required**, recommended, *opt-in*. Max duration: the stall watchdog warns "
+        "Attributes: **required**, recommended, *opt-in*; `key` = `value`: a constant the span "
+        "always carries (its group's or its own `constants`). Max duration: the stall watchdog warns "
         "once when the span stays open longer (see `watchdog.md`).",
         "",
     ]
@@ -277,7 +278,9 @@ def _duration(seconds: float | None) -> str:
 def _attribute_list(entry: SpanEntry) -> str:
     items = []
     for key, requirement in entry.requirements.items():
-        if requirement == "required":
+        if key in entry.constants:
+            items.append(f"{_code(key)} = {_code(entry.constants[key])}")
+        elif requirement == "required":
             items.append(f"**{_code(key)}**")
         elif requirement == "opt_in":
             items.append(f"*{_code(key)}*")

@@ -8,7 +8,10 @@ official exporters:
 - ``otlp``: gRPC or ``http/protobuf``, chosen and addressed by the standard
   ``OTEL_EXPORTER_OTLP_[TRACES_|METRICS_|LOGS_]{ENDPOINT,PROTOCOL,HEADERS,TIMEOUT,...}`` variables
   (the Python default protocol is ``grpc``);
-- ``console``: one JSON object per line on stdout;
+- ``console``: OTLP/JSON lines, one export request per line, on the stdout of the process that
+  owns the console, which holds nothing else: every process appends its lines to
+  ``<file_dir>/console.jsonl`` and the owner copies them to its stdout, whose other writers it
+  sends to stderr (see :mod:`spanspec.export._console`);
 - ``file``: OTLP/JSON lines in ``traces.jsonl``, ``metrics.jsonl``, ``logs.jsonl`` under
   ``settings.file_dir`` (see :mod:`spanspec._file_exporter`).
 
@@ -32,7 +35,8 @@ This package is the only part of spanspec (with :mod:`spanspec.testing`) that im
 and only once :func:`setup` builds an exporting process: its ``_pipeline`` assembles the SDK parts.
 Its modules: ``_stats`` (constants, drop accounting, log filters: the leaf), ``who`` (which
 processes export), ``resource`` (resource detection), ``otlp`` (OTLP addressing), ``_handle``
-(:class:`TelemetryHandle`), ``_pipeline`` (SDK assembly) and ``_file_exporter`` (OTLP/JSON files).
+(:class:`TelemetryHandle`), ``_pipeline`` (SDK assembly), ``_file_exporter`` (OTLP/JSON files)
+and ``_console`` (the console exporter's one stream).
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from opentelemetry import metrics as otel_metrics
 
 from spanspec import watchdog
 from spanspec._redact import redact_url, scrub
+from spanspec.export._console import CONSOLE_FILE
 from spanspec.export._handle import TelemetryHandle, _zero_after_fork
 from spanspec.export._stats import (
     _SDK_EXPORT_LOGGERS,
@@ -114,6 +119,7 @@ def setup(
     handle_sigterm: bool = False,
     register_atexit: bool = True,
     label_attributes: Sequence[str] = (),
+    console_owner: bool = True,
 ) -> TelemetryHandle:
     """Build this process's providers from ``settings``.
 
@@ -126,7 +132,9 @@ def setup(
     ``register_atexit`` flushes at exit. ``label_attributes`` names the resource attributes every
     Prometheus series carries as a label (a run id, a role, a rank: ``app.run_id`` becomes
     ``app_run_id``), so that runs and processes never share a series; OTLP and the files keep
-    them on the resource.
+    them on the resource. With the ``console`` exporter, ``console_owner`` says whether this
+    process owns the console: its stdout then carries every process's console lines and nothing
+    else (its other output goes to stderr); another process (a worker) only appends its lines.
 
     Returns:
         The :class:`TelemetryHandle`; call its ``shutdown()`` at the end.
@@ -154,6 +162,11 @@ def setup(
         )
         return TelemetryHandle(settings, rank, world_size, is_exporting=False, reason=reason)
     handle = _build(settings, rank, world_size, dict(resource or {}), tuple(label_attributes))
+    if console_owner and any(p.exporter == "console" for p in handle.pipelines):
+        from spanspec.export._console import ConsolePump, take_stdout
+
+        path = Path(settings.file_dir).expanduser().resolve() / CONSOLE_FILE
+        handle._console_pump = ConsolePump(path, take_stdout())
     if settings.watchdog:
         labels = {"rank": rank, "group": worker_group} if worker_group else {"rank": rank}
         watchdog.enable(labels, open_spans=handle._open_spans.snapshot)
@@ -182,7 +195,7 @@ def _build(
     handle = TelemetryHandle(settings, rank, world_size, is_exporting=True, resource=resource)
     destinations = {
         "file": lambda s: str(Path(settings.file_dir).expanduser().resolve() / f"{s}.jsonl"),
-        "console": lambda s: "stdout",
+        "console": lambda s: str(Path(settings.file_dir).expanduser().resolve() / CONSOLE_FILE),
         "otlp": lambda s: otlp_destination(s, protocols[s]),
         "prometheus": lambda s: _prometheus_destination(settings),
     }
@@ -280,7 +293,10 @@ def planned_destinations(
                 folder = Path(settings.file_dir).expanduser().resolve()
                 entries.append(f"file {folder / f'{signal_name}.jsonl'}")
             elif name == "console":
-                entries.append("console stdout")
+                folder = Path(settings.file_dir).expanduser().resolve()
+                entries.append(
+                    f"console {folder / CONSOLE_FILE} (copied to the main process's stdout)"
+                )
             elif name == "prometheus":
                 entries.append(
                     f"prometheus {_prometheus_destination(settings)}"

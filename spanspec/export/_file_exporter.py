@@ -140,10 +140,10 @@ def _reset_lock(ref: weakref.ref[JsonLinesFile]) -> None:
 
 
 class FileSpanExporter(SpanExporter):
-    """Spans to ``<folder>/traces.jsonl``."""
+    """Spans to ``<folder>/traces.jsonl`` (or ``<folder>/<name>``)."""
 
-    def __init__(self, folder: str | os.PathLike[str]) -> None:
-        self.file = JsonLinesFile(Path(folder) / "traces.jsonl")
+    def __init__(self, folder: str | os.PathLike[str], name: str = "traces.jsonl") -> None:
+        self.file = JsonLinesFile(Path(folder) / name)
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         self.file.write(encode_spans(spans))
@@ -157,11 +157,11 @@ class FileSpanExporter(SpanExporter):
 
 
 class FileMetricExporter(MetricExporter):
-    """Metrics to ``<folder>/metrics.jsonl`` (cumulative temporality, as the SDK defaults)."""
+    """Metrics to ``<folder>/metrics.jsonl`` or ``<folder>/<name>`` (cumulative temporality, as the SDK defaults)."""
 
-    def __init__(self, folder: str | os.PathLike[str]) -> None:
+    def __init__(self, folder: str | os.PathLike[str], name: str = "metrics.jsonl") -> None:
         super().__init__()
-        self.file = JsonLinesFile(Path(folder) / "metrics.jsonl")
+        self.file = JsonLinesFile(Path(folder) / name)
 
     def export(
         self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
@@ -179,10 +179,10 @@ class FileMetricExporter(MetricExporter):
 
 
 class FileLogExporter(LogRecordExporter):
-    """Log records to ``<folder>/logs.jsonl``."""
+    """Log records to ``<folder>/logs.jsonl`` (or ``<folder>/<name>``)."""
 
-    def __init__(self, folder: str | os.PathLike[str]) -> None:
-        self.file = JsonLinesFile(Path(folder) / "logs.jsonl")
+    def __init__(self, folder: str | os.PathLike[str], name: str = "logs.jsonl") -> None:
+        self.file = JsonLinesFile(Path(folder) / name)
 
     def export(self, batch: Sequence[ReadableLogRecord]) -> LogRecordExportResult:
         self.file.write(encode_logs(batch))

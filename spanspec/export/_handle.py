@@ -68,6 +68,7 @@ class TelemetryHandle:
         self._log_handler: logging.Handler | None = None
         self._filters: list[tuple[logging.Logger, logging.Filter]] = []
         self._prometheus: Any = None  # the /metrics server of the prometheus exporter
+        self._console_pump: Any = None  # copies console lines to stdout (the console owner)
         self._lock = threading.Lock()
         self._final: ExportStats | None = None
         self._shutdown_owner: int | None = None
@@ -164,6 +165,8 @@ class TelemetryHandle:
             _log.exception("telemetry shutdown failed")
         finally:
             self._detach()
+            if self._console_pump is not None:  # the other processes have flushed by now
+                self._console_pump.stop()
         final = ExportStats(
             [_copy(p) for p in self.pipelines],
             truncated,
@@ -307,6 +310,7 @@ def _zero_after_fork(ref: weakref.ref[TelemetryHandle]) -> None:
     handle = ref()
     if handle is None:
         return
+    handle._console_pump = None  # the parent owns the console; its pump did not fork
     handle._cpu.reset()
     for stats in handle.pipelines:
         stats.ended = stats.submitted = stats.exported = stats.failed = stats.failed_exports = 0

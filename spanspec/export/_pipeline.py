@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import time
 import warnings
 import weakref
@@ -20,22 +19,20 @@ from typing import Any
 from opentelemetry.sdk._logs import LoggerProvider, LoggingHandler
 from opentelemetry.sdk._logs.export import (
     BatchLogRecordProcessor,
-    ConsoleLogRecordExporter,
 )
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
-    ConsoleMetricExporter,
     PeriodicExportingMetricReader,
 )
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
-    ConsoleSpanExporter,
 )
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 
 from spanspec import metrics as spanspec_metrics
+from spanspec.export._console import CONSOLE_FILE
 from spanspec.export._file_exporter import FileLogExporter, FileMetricExporter, FileSpanExporter
 from spanspec.export._guards import (
     Guard,
@@ -229,10 +226,6 @@ def _otlp(signal_name: str, protocol: str) -> Any:
     return OTLPLogExporter()
 
 
-def _one_line(text: str) -> str:
-    return text + "\n"
-
-
 def _exporter(
     name: str,
     signal_name: str,
@@ -255,17 +248,15 @@ def _exporter(
         return {"traces": FileSpanExporter, "metrics": FileMetricExporter, "logs": FileLogExporter}[
             signal_name
         ](folder)
-    if signal_name == "traces":
-        return ConsoleSpanExporter(
-            out=sys.stdout, formatter=lambda s: _one_line(s.to_json(indent=None))
-        )
-    if signal_name == "metrics":
-        return ConsoleMetricExporter(
-            out=sys.stdout, formatter=lambda m: _one_line(m.to_json(indent=None))
-        )
-    return ConsoleLogRecordExporter(
-        out=sys.stdout, formatter=lambda r: _one_line(r.to_json(indent=None))
-    )
+    # console: the same OTLP/JSON lines, every signal and process in one file, which the process
+    # owning the console copies to its stdout (spanspec.export._console).
+    folder = Path(settings.file_dir).expanduser().resolve()
+    problem = not_regular_output(folder / CONSOLE_FILE)
+    if problem:
+        raise SettingsError([f"{settings.how_to_set('file_dir')}: {problem}"])
+    return {"traces": FileSpanExporter, "metrics": FileMetricExporter, "logs": FileLogExporter}[
+        signal_name
+    ](folder, CONSOLE_FILE)
 
 
 @dataclass

@@ -12,6 +12,7 @@ import math
 from collections.abc import Mapping
 from types import MappingProxyType
 
+from spanspec._coerce import describe
 from spanspec.findings import Finding, Level, SpecError, a_type, as_yaml, did_you_mean
 from spanspec.registry.loader import Located, gc_paused
 from spanspec.registry.schema import ConventionsDecl, MetricDecl, Registry, SpanDecl
@@ -152,12 +153,31 @@ def _spans(
     spans: dict[str, SpanEntry] = {}
     first_seen: dict[str, int] = {}
     algorithms: list[str] = []
+    group_constants = {
+        name: _checked_constants(
+            f"groups.{name}", group.constants, ("groups", name, "constants"), attributes, report
+        )
+        for name, group in registry.groups.items()
+    }
     for i, decl in enumerate(registry.spans):
         _check_span_naming(i, decl, groups, report)
         span_attrs = _span_attributes(i, decl, attributes, report)
-        requirements = MappingProxyType(
-            {k: r.value for k, r in decl.attributes.items() if k in span_attrs}
-        )
+        reqs = {k: r.value for k, r in decl.attributes.items() if k in span_attrs}
+        constants = {
+            **group_constants.get(decl.group, {}),
+            **_checked_constants(
+                f"spans[{i}] '{decl.name}'",
+                decl.constants,
+                ("spans", i, "constants"),
+                attributes,
+                report,
+            ),
+        }
+        for key in constants:  # set by the runtime; traces written before it was declared lack it
+            span_attrs[key] = attributes[key]
+            reqs[key] = "recommended"
+        requirements = MappingProxyType(reqs)
+        frozen_constants = MappingProxyType(constants)
         frozen_attrs = MappingProxyType(span_attrs)
         bound = parse_duration(decl.max_duration) if decl.max_duration else None
         for name, algorithm in _expansions(decl):
@@ -180,8 +200,38 @@ def _spans(
                 frozen_attrs,
                 requirements,
                 bound,
+                frozen_constants,
             )
     return spans, algorithms
+
+
+def _checked_constants(
+    where: str,
+    given: Mapping[str, object],
+    loc: Loc,
+    attributes: Mapping[str, AttributeDef],
+    report: _Report,
+) -> dict[str, object]:
+    """``given`` constants that are declared attributes with an accepted value; each other one
+    is a violation, placed at its key."""
+    constants: dict[str, object] = {}
+    for key, value in given.items():
+        if key not in attributes:
+            report(
+                "constant.unknown_attribute",
+                f"{where}: constant '{key}' is not declared under 'attributes'"
+                f"{did_you_mean(key, attributes)}",
+                (*loc, key),
+            )
+        elif not attributes[key].accepts(value):
+            report(
+                "constant.bad_value",
+                f"{where}: constant '{key}' = {value!r} is not {describe(attributes[key])}",
+                (*loc, key),
+            )
+        else:
+            constants[key] = value
+    return constants
 
 
 def _check_span_naming(

@@ -79,10 +79,20 @@ class Instrument(StrEnum):
     up_down_counter = "up_down_counter"
 
 
+_CONSTANTS_DOC = (
+    "Attributes with a fixed value, set on every span {where} at its start (a backend's "
+    "classification, such as openinference.span.kind); each key declared under attributes."
+)
+Constants = dict[AttributeKey, str | int | float | bool]
+
+
 class GroupDecl(_Strict):
     description: str = Field(min_length=1, description="One line: what the group's spans measure.")
     bucket: Bucket | None = Field(
         default=None, description="Efficiency bucket; none for umbrella groups (job, step)."
+    )
+    constants: Constants = Field(
+        default_factory=dict, description=_CONSTANTS_DOC.format(where="of the group")
     )
 
 
@@ -109,6 +119,10 @@ class SpanDecl(_Strict):
         description="Expand the name's `{algorithm}` once per algorithm listed; needs the placeholder.",
     )
     attributes: dict[str, Requirement] = Field(default_factory=dict)
+    constants: Constants = Field(
+        default_factory=dict,
+        description=_CONSTANTS_DOC.format(where="of this name") + " Over its group's.",
+    )
     max_duration: str | None = Field(
         default=None,
         description="How long the span may stay open (30s, 10m, 2h) before the stall watchdog warns.",

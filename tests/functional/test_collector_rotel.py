@@ -55,7 +55,10 @@ def test_spans_and_metrics_pass_through_rotel(clean_env, tmp_path, ours, theirs)
             spans = {s.name: s for s in rx.wait_for_spans(2, timeout=10)}
             assert set(spans) == {"rl.grpo.step", "rl.grpo.rollout"}
             assert spans["rl.grpo.rollout"].parent_span_id == spans["rl.grpo.step"].span_id
-            assert spans["rl.grpo.step"].attributes == {"rl.iteration": 3}
+            assert spans["rl.grpo.step"].attributes == {
+                "rl.iteration": 3,
+                "openinference.span.kind": "CHAIN",  # the registry's constant
+            }
             assert spans["rl.grpo.step"].resource["rl.run_id"] == f"rotel-{theirs}"
             assert {s.protocol for s in spans.values()} == {"grpc" if theirs == "grpc" else "http"}
             assert rx.wait_until(lambda: "rl.policy.loss" in rx.metric_points(), timeout=10)

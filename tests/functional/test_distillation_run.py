@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from tests.readme_figures import check_ci_figures
 from tests.traces import ancestors, live_check, read_spans, run_example, step_subtrees
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -22,26 +23,27 @@ PHASES = {
 }
 
 
+# The README quotes this command and what it prints (tests/readme_figures.py).
+ARGS = [
+    "logger.tqdm=false",
+    "teacher_training.max_steps=2",
+    "teacher_training.num_prompts_per_step=4",
+    "teacher_training.num_generations_per_prompt=2",
+    "teacher_training.val_period=0",
+    "teacher_training.val_at_start=false",
+    f"distillation.max_steps={STEPS}",
+    "distillation.num_prompts_per_step=8",
+    "distillation.val_period=2",
+    "checkpointing.save_period=2",
+    "telemetry.exporter=file",
+    "telemetry.span_groups=all",
+]
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     log_dir = tmp_path_factory.mktemp("distillation_run")
-    proc = run_example(
-        "run_distillation.py",
-        f"logger.log_dir={log_dir}",
-        "logger.tqdm=false",
-        "teacher_training.max_steps=2",
-        "teacher_training.num_prompts_per_step=4",
-        "teacher_training.num_generations_per_prompt=2",
-        "teacher_training.val_period=0",
-        "teacher_training.val_at_start=false",
-        f"distillation.max_steps={STEPS}",
-        "distillation.num_prompts_per_step=8",
-        "distillation.val_period=2",
-        "checkpointing.save_period=2",
-        "telemetry.exporter=file",
-        "telemetry.span_groups=all",
-        timeout=420,
-    )
+    proc = run_example("run_distillation.py", f"logger.log_dir={log_dir}", *ARGS, timeout=420)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     spans = read_spans(log_dir / "telemetry" / "traces.jsonl")
     teacher_spans = read_spans(log_dir / "teacher" / "telemetry" / "traces.jsonl")
@@ -125,3 +127,7 @@ def test_both_jobs_traces_pass_live_check(run):
     assert "rl.distillation.teacher_logprob" in coverage["logprob"]["seen"]
     teacher = live_check(log_dir / "teacher" / "telemetry")
     assert teacher["ok"] and teacher["violations"] == 0 and teacher["spans"] > 0
+
+
+def test_the_readme_quotes_what_this_run_prints(run):
+    check_ci_figures("run_distillation.py", ARGS, run[1])

@@ -182,10 +182,14 @@ def test_up_prints_the_settings_to_use(stack):
     write_url = f"http://127.0.0.1:{ports['PROMETHEUS_PORT']}/api/v1/write"
     assert f"NEMO_RL_OTEL_PROMETHEUS_REMOTE_WRITE_URL={write_url}" in out
     # Every example query names a series a GRPO run creates.
-    queries = re.findall(r"^  (\S*rl_\w+)", out, re.MULTILINE)
-    assert queries, out
-    names = {re.search(r"rl_\w+", q).group(0) for q in queries}
-    assert names <= {"rl_policy_loss", "rl_reward_mean", "rl_step_duration_seconds_count"}, names
+    queries = out[out.index("Queries for") : out.index("What the stack holds")]
+    names = set(re.findall(r"\brl_\w+(?=[{\[])", queries))  # series, not the rl_run_id label
+    assert names == {
+        "rl_policy_loss",
+        "rl_reward_mean",
+        "rl_step_duration_seconds_count",
+        "rl_step_duration_seconds_bucket",
+    }, names
 
 
 def test_every_run_arrives_in_phoenix_whole_under_its_project(stack, runs):
@@ -203,6 +207,10 @@ def test_every_run_arrives_in_phoenix_whole_under_its_project(stack, runs):
         assert run_id in got["projects"]
         step = got["step"]
         assert step is not None and step["attributes"]["rl.iteration"] == 0, run_id
+        # The registry's constants: a step and its phases are CHAIN in Phoenix, not "unknown".
+        assert step["span_kind"] == "CHAIN", (run_id, step["span_kind"])
+        kinds = {s["name"]: s["span_kind"] for s in got["spans"]}
+        assert kinds.get("rl.grpo.rollout", "CHAIN") == "CHAIN", run_id
 
 
 @pytest.mark.parametrize(

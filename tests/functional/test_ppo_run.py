@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from tests.readme_figures import check_ci_figures
 from tests.traces import ancestors, live_check, read_spans, run_example, step_subtrees
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -28,23 +29,27 @@ PHASES = {
 WARMUP_PHASES = PHASES - {"rl.ppo.policy_update", "rl.ppo.weight_sync"}
 
 
+# The README quotes this command and what it prints (tests/readme_figures.py). The console
+# exporter rides along: its OTLP/JSON lines take stdout, so the human lines are on stderr.
+ARGS = [
+    "logger.tqdm=false",
+    f"ppo.max_steps={STEPS}",
+    "ppo.num_prompts_per_step=8",
+    f"ppo.critic_warmup_steps={WARMUP}",
+    "ppo.val_period=2",
+    "checkpointing.save_period=2",
+    "telemetry.exporter=file,console",
+    "telemetry.span_groups=all",
+]
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     log_dir = tmp_path_factory.mktemp("ppo_run")
-    proc = run_example(
-        "run_ppo.py",
-        f"logger.log_dir={log_dir}",
-        "logger.tqdm=false",
-        f"ppo.max_steps={STEPS}",
-        "ppo.num_prompts_per_step=8",
-        f"ppo.critic_warmup_steps={WARMUP}",
-        "ppo.val_period=2",
-        "checkpointing.save_period=2",
-        "telemetry.exporter=file",
-        "telemetry.span_groups=all",
-    )
+    proc = run_example("run_ppo.py", f"logger.log_dir={log_dir}", *ARGS)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    return log_dir, proc.stdout, read_spans(log_dir / "telemetry" / "traces.jsonl")
+    (log_dir / "stdout.txt").write_text(proc.stdout)  # the console exporter's stream
+    return log_dir, proc.stderr, read_spans(log_dir / "telemetry" / "traces.jsonl")
 
 
 def test_each_step_holds_every_ppo_phase(run):
@@ -66,6 +71,18 @@ def test_each_step_holds_every_ppo_phase(run):
             rollout = name in ("rl.ppo.generation", "rl.ppo.reward")
             assert parent == ("rl.ppo.rollout" if rollout else "rl.ppo.step"), name
         assert names["rl.ppo.reward"][0]["attrs"]["rl.reward.mean"] > 0
+        # What Phoenix shows: every step and phase a CHAIN (OpenInference), the model calls LLM.
+        assert step["attrs"]["openinference.span.kind"] == "CHAIN"
+        for name in phases:
+            assert names[name][0]["attrs"]["openinference.span.kind"] == "CHAIN", name
+
+
+def test_model_calls_are_llm_spans_and_the_rest_chain(run):
+    """The registry's constants: Phoenix shows a kind for every span, not "unknown"."""
+    _, _, spans = run
+    kinds = {s["name"]: s["attrs"].get("openinference.span.kind") for s in spans}
+    assert kinds.pop("rl.worker.generate") == "LLM"
+    assert set(kinds.values()) == {"CHAIN"}, kinds
 
 
 def test_value_worker_spans_join_the_step_trace_from_their_own_process(run):
@@ -108,7 +125,7 @@ def test_metrics_reach_the_file_and_opentelemetry(run):
     otel = (log_dir / "telemetry" / "metrics.jsonl").read_text()
     for name in ("rl.value.loss", "rl.value.explained_variance", "rl.reward.mean", "rl.kl"):
         assert f'"{name}"' in otel, name
-    assert "mean value_loss: first" in stdout and "rl.ppo.value_update" in stdout
+    assert "mean value_loss: first" in stdout and "rl.ppo.value_update" in stdout  # stderr
     assert sorted(p.name for p in (log_dir / "checkpoints").iterdir()) == ["step_2", "step_3"]
     assert (log_dir / "checkpoints" / "step_3" / "value" / "policy.pt").is_file()
 
@@ -122,3 +139,32 @@ def test_emitted_traces_pass_live_check(run):
     assert "rl.ppo.value_inference" in coverage["value_inference"]["seen"]
     assert "rl.ppo.value_update" in coverage["value_update"]["seen"]
     assert coverage["job"]["state"] == "on" and coverage["job"]["emitted"] == 1
+
+
+def test_the_console_exporter_owns_stdout_one_otlp_json_object_a_line(run):
+    """`python examples/run_ppo.py telemetry.exporter=console | jq` works: every line of stdout
+    is one OTLP/JSON export request, the workers' spans are there too (no Ray prefix, no human
+    line between them), and the human lines went to stderr."""
+    log_dir, stderr, spans = run
+    lines = (log_dir / "stdout.txt").read_text().splitlines()
+    assert lines, stderr[-3000:]
+    requests = [json.loads(line) for line in lines]  # every line, or this raises
+    kinds = {key for r in requests for key in r}
+    assert (
+        kinds <= {"resourceSpans", "resourceMetrics", "resourceLogs"} and "resourceSpans" in kinds
+    )
+    console_spans = {
+        s["spanId"]: {a["key"]: a["value"] for a in rs["resource"]["attributes"]}
+        for r in requests
+        for rs in r.get("resourceSpans", [])
+        for ss in rs["scopeSpans"]
+        for s in ss["spans"]
+    }
+    groups = {str(res["rl.worker.group"]["stringValue"]) for res in console_spans.values()}
+    assert {"driver", "policy", "value"} <= groups, groups
+    assert set(console_spans) == {s["spanId"] for s in spans}  # the file exporter's, all of them
+    assert "validation accuracy" in stderr and "PolicyWorker" not in "".join(lines)
+
+
+def test_the_readme_quotes_what_this_run_prints(run):
+    check_ci_figures("run_ppo.py", ARGS, run[1])

@@ -117,5 +117,6 @@ def test_no_sensitive_value_reaches_any_file_or_log(tmp_path):
     assert logs.count('"enduser.id"') >= 2  # the log call's attribute and the resource's
     metrics = everything["metrics.jsonl"]
     assert '"team"' in metrics and '"enduser.id"' in metrics and "[REDACTED]" in metrics
-    prometheus = r.stdout.split("PROMETHEUS", 1)[1]
+    # The console exporter owns stdout: the child's print went to stderr.
+    prometheus = r.stderr.split("PROMETHEUS", 1)[1]
     assert "target_info{" in prometheus and 'enduser_id="[REDACTED]"' in prometheus

@@ -338,3 +338,63 @@ def test_each_conventions_mistake_is_a_placed_finding(tmp_path, block, where, id
     assert hits, found
     assert (hits[0].line, hits[0].col) == where, hits[0]
     assert message in hits[0].message
+
+
+CONSTANTS = """
+version: 1
+groups:
+  job: {description: The run.}
+  step: {description: One step., bucket: productive, constants: {kind: CHAIN}}
+attributes:
+  kind: {type: string, brief: A backend's kind of span., allowed: [CHAIN, LLM]}
+  rl.iteration: {type: int, brief: Step index.}
+spans:
+  - name: rl.{algorithm}.step
+    algorithms: [grpo]
+    group: step
+    brief: One step.
+    attributes: {rl.iteration: required}
+  - name: rl.worker.generate
+    group: step
+    brief: A model call.
+    constants: {kind: LLM}
+  - name: rl.job
+    group: job
+    brief: The run.
+"""
+
+
+def test_constants_of_a_group_and_a_span_compile_into_each_entry(tmp_path):
+    """A group's constants reach every span of it, a span's own go over them; each is an
+    attribute the span carries (recommended: traces written before it was declared lack it)."""
+    path = tmp_path / "registry.yaml"
+    path.write_text(CONSTANTS)
+    spec = spanspec.load(path)
+    step = spec.spans["rl.grpo.step"]
+    assert dict(step.constants) == {"kind": "CHAIN"}
+    assert step.required == {"rl.iteration"} and step.requirements["kind"] == "recommended"
+    assert dict(spec.spans["rl.worker.generate"].constants) == {"kind": "LLM"}
+    assert (
+        dict(spec.spans["rl.job"].constants) == {} and "kind" not in spec.spans["rl.job"].attributes
+    )
+
+
+def test_a_constant_must_be_a_declared_attribute_with_an_allowed_value(tmp_path):
+    path = tmp_path / "registry.yaml"
+    path.write_text(
+        CONSTANTS.replace("constants: {kind: CHAIN}", "constants: {knd: CHAIN}").replace(
+            "constants: {kind: LLM}", "constants: {kind: TOOL}"
+        )
+    )
+    with pytest.raises(spanspec.SpecError) as info:
+        spanspec.load(path)
+    found = {(f.id, f.line): f.message for f in info.value.findings}
+    assert found == {
+        ("constant.unknown_attribute", 5): (
+            "groups.step: constant 'knd' is not declared under 'attributes' (did you mean 'kind'?)"
+        ),
+        ("constant.bad_value", 18): (
+            "spans[1] 'rl.worker.generate': constant 'kind' = 'TOOL' is not a string in "
+            "['CHAIN', 'LLM']"
+        ),
+    }

@@ -182,15 +182,24 @@ def test_open_spans_are_ended_as_truncated_and_exported(clean_env, spec, tmp_pat
     assert handle.shutdown() is stats  # idempotent
 
 
-def test_console_writes_one_json_object_per_line(clean_env, spec, capsys):
-    handle = start(load_settings({"exporter": "console", "metrics_enabled": False}, env={}), spec)
+def test_console_lines_are_otlp_json_in_the_shared_console_file(clean_env, spec, tmp_path, capfd):
+    """A process that does not own the console (a worker) appends its lines to
+    ``<file_dir>/console.jsonl`` and writes nothing to stdout; the owner's copying is tested
+    end to end by tests/functional/test_console_exporter.py."""
+    settings = load_settings(
+        {"exporter": "console", "metrics_enabled": False, "file_dir": str(tmp_path)}, env={}
+    )
+    handle = start(settings, spec, console_owner=False)
     for i in range(3):
         with spanspec.span("rl.grpo.step", **{"rl.iteration": i}):
             pass
     handle.shutdown(5)
-    lines = [line for line in capsys.readouterr().out.splitlines() if line.strip()]
-    assert len(lines) == 3
-    assert [json.loads(line)["name"] for line in lines] == ["rl.grpo.step"] * 3
+    assert capfd.readouterr().out == ""
+    assert "console.jsonl" in handle.destinations()
+    names = [
+        s["name"] for s in file_spans_of((tmp_path / "console.jsonl").read_text().splitlines())
+    ]
+    assert names == ["rl.grpo.step"] * 3
 
 
 def test_logs_carry_the_active_trace_and_span_ids(clean_env, spec, tmp_path):
@@ -491,7 +500,12 @@ def test_files_are_appended_to_never_overwritten(clean_env, spec, tmp_path):
         metrics.unbind()
     assert len((tmp_path / "traces.jsonl").read_text().splitlines()) == 2
     assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 2
-    iterations = [a["value"]["intValue"] for s in file_spans(tmp_path) for a in s["attributes"]]
+    iterations = [
+        a["value"]["intValue"]
+        for s in file_spans(tmp_path)
+        for a in s["attributes"]
+        if a["key"] == "rl.iteration"
+    ]
     assert iterations == ["0", "1"]
 
 

@@ -41,6 +41,7 @@ def test_reads_what_the_file_exporter_writes(spec, tmp_path):
     assert step.attributes == {
         "rl.iteration": step.attributes["rl.iteration"],
         "rl.algorithm": "grpo",
+        "openinference.span.kind": "CHAIN",  # the registry's constant for the step group
     }
     assert isinstance(step.attributes["rl.iteration"], int)
     assert step.scope == "spanspec" and step.resource["service.name"] == "spanspec-tests"

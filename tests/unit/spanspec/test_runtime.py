@@ -21,6 +21,11 @@ from spanspec.testing import capture
 ROLLOUT = "rl.grpo.rollout"
 
 
+def own(span) -> dict:
+    """A span's attributes less the registry's constant kind (tested on its own below)."""
+    return {k: v for k, v in span.attributes.items() if k != "openinference.span.kind"}
+
+
 @pytest.fixture(scope="module")
 def spec() -> spanspec.Spec:
     return spanspec.load()
@@ -64,7 +69,11 @@ def test_enabled_span_is_current_with_declared_attributes_and_parent(spec):
                 pass
         assert trace.get_current_span() is trace.INVALID_SPAN
     rollout, root = spans.one(ROLLOUT), spans.one("rl.grpo.step")
-    assert dict(rollout.attributes) == {"rl.iteration": 3, "rl.num_generations_per_prompt": 8}
+    assert dict(rollout.attributes) == {
+        "rl.iteration": 3,
+        "rl.num_generations_per_prompt": 8,
+        "openinference.span.kind": "CHAIN",  # the registry's constant for its group
+    }
     assert rollout.parent.span_id == root.context.span_id
     assert rollout.context.trace_id == root.context.trace_id
     assert root.parent is None
@@ -87,7 +96,7 @@ def test_links_point_to_spans_of_other_traces(spec):
         second.get_span_context().span_id,
     ]
     assert step.context.trace_id != first.get_span_context().trace_id  # a link, not a parent
-    assert dict(step.attributes) == {"rl.iteration": 1}
+    assert own(step) == {"rl.iteration": 1}
 
 
 def test_exception_is_recorded_with_error_status_and_reraised(spec):
@@ -129,7 +138,7 @@ def test_lenient_mode_warns_once_drops_bad_attributes_and_still_emits(spec, capl
             with spanspec.span("my.custom.span", **{"a": 1}):
                 pass
     assert spans.names().count(ROLLOUT) == 3
-    assert all(dict(s.attributes) == {"rl.batch_size": 4} for s in spans.named(ROLLOUT))
+    assert all(own(s) == {"rl.batch_size": 4} for s in spans.named(ROLLOUT))
     assert [dict(s.attributes) for s in spans.named("my.custom.span")] == [{}, {}, {}]
     messages = [r.getMessage() for r in caplog.records]
     assert sum("'rl.colour' is not declared" in m for m in messages) == 1
@@ -152,7 +161,7 @@ def test_sensitive_attribute_is_redacted_and_allowed_values_enforced(spec):
             "rl.vllm.generate_text", **{"gen_ai.system": "vllm", "gen_ai.prompt": ["2+2="]}
         ):
             pass
-    assert dict(spans.one("rl.grpo.job").attributes) == {
+    assert own(spans.one("rl.grpo.job")) == {
         "rl.algorithm": "grpo",
         "enduser.id": "[REDACTED]",
     }
@@ -174,12 +183,12 @@ def test_annotate_checks_late_attributes_as_span_does(spec):
             spanspec.annotate(job, **{"enduser.id": "alice", "rl.max_steps": 3})
             with pytest.raises(spanspec.SpecError, match=re.escape("rl.algorithm")):
                 spanspec.annotate(job, **{"rl.algorithm": "sac"})  # outside `allowed`
-    assert dict(spans.one("rl.grpo.reward").attributes) == {
+    assert own(spans.one("rl.grpo.reward")) == {
         "rl.iteration": 2,
         "rl.reward.mean": 0.25,
     }
     # Redacted at source: the sensitive value never reaches the span, whatever exports it.
-    assert dict(spans.one("rl.grpo.job").attributes) == {
+    assert own(spans.one("rl.grpo.job")) == {
         "rl.algorithm": "grpo",
         "enduser.id": "[REDACTED]",
         "rl.max_steps": 3,
@@ -445,3 +454,25 @@ def test_a_span_exited_in_another_asyncio_task_is_ended_without_a_traceback(spec
     assert spans.names() == [ROLLOUT]
     assert not [r for r in caplog.records if r.exc_info], caplog.text
     assert any("ended in another" in r.getMessage() for r in caplog.records)
+
+
+def test_a_spans_constants_are_set_at_its_start_over_the_callers(tmp_path):
+    path = tmp_path / "registry.yaml"
+    path.write_text(
+        "version: 1\n"
+        "groups: {step: {description: One step., constants: {kind: CHAIN}}}\n"
+        "attributes:\n"
+        "  kind: {type: string, brief: A backend's kind., allowed: [CHAIN, LLM]}\n"
+        "  n: {type: int, brief: A number.}\n"
+        "spans:\n"
+        "  - {name: app.step, group: step, brief: A step., attributes: {n: required}}\n"
+        "  - {name: app.call, group: step, brief: A call., constants: {kind: LLM}}\n"
+    )
+    with capture(spanspec.load(path), groups="step") as spans:
+        with spanspec.span("app.step", n=1):
+            with spanspec.span("app.call"):
+                pass
+            with spanspec.span("app.call", kind="CHAIN"):  # a constant is not the caller's
+                pass
+    assert dict(spans.one("app.step").attributes) == {"n": 1, "kind": "CHAIN"}
+    assert [dict(s.attributes) for s in spans.named("app.call")] == [{"kind": "LLM"}] * 2

@@ -119,6 +119,7 @@ def test_report_data_holds_steps_lanes_and_the_breakdown(run):
     assert generate["lane"] == 1 and generate["attributes"] == {
         "gen_ai.provider.name": "torch",
         "gen_ai.operation.name": "text_completion",
+        "openinference.span.kind": "LLM",  # the registry's constant for model calls
     }
     rows = {s["name"]: s["row"] for s in step["spans"] if s["lane"] == 0}
     assert rows["rl.grpo.step"] == 0 and rows["rl.grpo.rollout"] == 1
