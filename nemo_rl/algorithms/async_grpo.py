@@ -14,8 +14,9 @@ Three processes:
   (``grpo.step_metrics``, ``advantages``, ``ClippedPGLoss``).
 
 Staleness: a group sampled with weight version ``v`` (the weights after ``v`` training steps) may
-be trained on at step ``t`` when ``t - v <= max_trajectory_age_steps``. The collector samples for
-step ``t`` only when ``t <= v + max_trajectory_age_steps`` and the buffer has room, else it waits
+be trained on at step ``t`` (numbered from 1: it updates version ``t - 1``) when
+``t - 1 - v <= max_trajectory_age_steps``. The collector samples for step ``t`` only when
+``t - 1 <= v + max_trajectory_age_steps`` and the buffer has room, else it waits
 (``rl.async_grpo.wait_for_weights``); so in a steady run nothing is dropped, and with
 ``max_trajectory_age_steps=0`` it is synchronous GRPO with rollouts in another process. Weights
 are delivered while the collector keeps sampling; it loads them between two rollouts, and only
@@ -250,12 +251,12 @@ class TrajectoryCollector:
 
     @carries_trace
     def run(self, start_step: int, end_step: int) -> int:
-        """Samples for steps ``start_step .. end_step - 1`` (or until ``close``); returns how many
-        rollouts it pushed."""
+        """Samples for steps ``start_step + 1 .. end_step`` (numbered from 1, as the trainer's; or
+        until ``close``); returns how many rollouts it pushed."""
         self._stopped.clear()
-        target = start_step
+        target = start_step + 1
         try:
-            while not self._stop.is_set() and target < end_step:
+            while not self._stop.is_set() and target <= end_step:
                 if not self._may_sample(target):
                     with spanspec.span(
                         "rl.async_grpo.wait_for_weights",
@@ -268,12 +269,12 @@ class TrajectoryCollector:
                 target += 1
         finally:
             self._stopped.set()
-        return target - start_step
+        return target - start_step - 1
 
     def _may_sample(self, target: int) -> bool:
         self._load_pending()
-        if target > self.version + self.max_age:
-            return False  # too old by the time step `target` would train on it
+        if target - 1 > self.version + self.max_age:
+            return False  # too old by the time step `target` (version target - 1) trains on it
         # The buffer is asked only when the weights are recent enough, so waiting for weights
         # costs no polling; waiting for room polls it every 0.1 s.
         return ray.get(self.buffer.size.remote()) + self.P * self.G <= self.capacity
@@ -458,7 +459,7 @@ def run(cfg: MasterConfig, job_attributes: dict[str, Any]) -> RunResult:
 
 
 def async_grpo_train(s: AsyncGRPOSetup) -> RunSummary:
-    """Runs steps ``s.start_step .. async_grpo.max_steps - 1`` on trajectories the collector
+    """Runs steps ``s.start_step + 1 .. async_grpo.max_steps`` (numbered from 1) on trajectories the collector
     samples meanwhile; returns a summary of the run (``curves["reward"]``, ``validation``).
 
     Raises ``WorkerDied`` naming the collector when it dies or produces nothing for
@@ -477,14 +478,15 @@ def async_grpo_train(s: AsyncGRPOSetup) -> RunSummary:
     timer.take()  # start-up time is not part of the first step
     last_depth = 0  # the buffer starts empty, also on resume
 
-    for step in range(s.start_step, a.max_steps):
+    for step in range(s.start_step + 1, a.max_steps + 1):  # numbered from 1, as printed
         it = {"rl.iteration": step}
         with timer.span("rl.async_grpo.step", **it, **{"rl.algorithm": "async_grpo"}) as step_span:
             # WAIT until the buffer holds one step's groups sampled at most max_age versions ago.
             with timer.span("rl.async_grpo.wait_for_trajectories", **it) as span:
                 groups, dropped, depth = take_batch(s, step)
                 spanspec.annotate(span, **{"rl.async.queue_size": depth})
-            age = max(step - g.weight_version for g in groups)
+            # This step updates policy version step - 1 (the weights after the steps before it).
+            age = max(step - 1 - g.weight_version for g in groups)
             spanspec.annotate(
                 step_span, **{"rl.async.trajectory_age": age, "rl.async.queue_size": depth}
             )
@@ -512,19 +514,18 @@ def async_grpo_train(s: AsyncGRPOSetup) -> RunSummary:
                     span, **{"rl.num_micro_batches": train_metrics["num_micro_batches"]}
                 )
 
-            # WEIGHT SYNC: version step + 1 goes to the collector, which keeps sampling meanwhile.
+            # WEIGHT SYNC: version step goes to the collector, which keeps sampling meanwhile.
             with timer.span("rl.async_grpo.weight_sync", **it) as span:
                 weights = [s.policy.state_dict_ref()]  # passed on by reference, not through here
-                ask(call(s.collector.update_weights, weights, step + 1), "the trajectory collector")
+                ask(call(s.collector.update_weights, weights, step), "the trajectory collector")
                 num_bytes = s.policy.weight_bytes() * s.generation.size  # what the ranks will load
                 spanspec.annotate(span, **{"rl.weight_sync.num_bytes": num_bytes})
 
-            done = step + 1
-            if common.is_due(done, a.val_period):
+            if common.is_due(step, a.val_period):
                 accuracy = validate(s, iteration=step)
-                common.log_validation(s.logger, summary, done, {"accuracy": accuracy})
+                common.log_validation(s.logger, summary, step, {"accuracy": accuracy})
             if s.checkpoints is not None and common.is_due(
-                done, cfg.checkpointing.save_period, a.max_steps
+                step, cfg.checkpointing.save_period, a.max_steps
             ):
                 save_checkpoint(s, iteration=step)
 
@@ -534,10 +535,10 @@ def async_grpo_train(s: AsyncGRPOSetup) -> RunSummary:
         # queue_delta feeds the up-down counter rl.async.queue_size (whose value is the depth).
         queue = {"queue_size": depth, "queue_delta": depth - last_depth}
         s.logger.log(
-            {**queue, "dropped_stale": dropped, "trajectory_age": age}, step=done, prefix="async"
+            {**queue, "dropped_stale": dropped, "trajectory_age": age}, step=step, prefix="async"
         )
         last_depth = depth
-        common.log_step(s.logger, done, metrics, timing, step_time, train_metrics)
+        common.log_step(s.logger, step, metrics, timing, step_time, train_metrics)
         summary.add({"reward": metrics["reward_mean"]})
     return summary
 
@@ -547,7 +548,7 @@ def async_grpo_train(s: AsyncGRPOSetup) -> RunSummary:
 
 def take_batch(s: AsyncGRPOSetup, step: int) -> tuple[list[TrajectoryGroup], int, int]:
     """Returns ``(groups, dropped, left)`` for ``step``: one step's groups sampled at most
-    ``max_trajectory_age_steps`` weight versions ago, the trajectories dropped as older, and
+    ``max_trajectory_age_steps`` weight versions before the one ``step`` updates (``step - 1``), the trajectories dropped as older, and
     the trajectories left in the buffer.
 
     Raises ``WorkerDied`` naming the collector (or the buffer) when it died, stopped, or gave
@@ -559,7 +560,7 @@ def take_batch(s: AsyncGRPOSetup, step: int) -> tuple[list[TrajectoryGroup], int
         try:
             groups, d, left = ray.get(
                 s.buffer.take.remote(
-                    a.num_prompts_per_step, step - a.max_trajectory_age_steps, POLL_S
+                    a.num_prompts_per_step, step - 1 - a.max_trajectory_age_steps, POLL_S
                 ),
                 timeout=POLL_S + 30,
             )
@@ -639,7 +640,7 @@ def save_checkpoint(s: AsyncGRPOSetup, iteration: int) -> str:
         "rl.async_grpo.checkpoint", **common.checkpoint_attributes(s.checkpoints, iteration)
     ):
         data = ask(call(s.collector.data_state), "the trajectory collector")
-        return common.write_checkpoint(s.checkpoints, iteration + 1, {"policy": s.policy}, data)
+        return common.write_checkpoint(s.checkpoints, iteration, {"policy": s.policy}, data)
 
 
 def _first_line(e: BaseException) -> str:

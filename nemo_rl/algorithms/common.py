@@ -366,9 +366,9 @@ def response_batch(out: GenerationOutput) -> dict[str, torch.Tensor]:
 
 
 def step_seed(seed: int, step: int) -> int:
-    """Returns the sampling seed of ``step``: it depends only on the run's seed and the step, so a
-    resumed run samples exactly what the uninterrupted one would have."""
-    return seed * 1_000_003 + step
+    """Returns the sampling seed of ``step`` (numbered from 1): it depends only on the run's seed
+    and the step, so a resumed run samples exactly what the uninterrupted one would have."""
+    return seed * 1_000_003 + step - 1  # as when steps were counted from 0: the same samples
 
 
 def exact_match(generation: GenerationGroup, task: Task, problems: Sequence[Problem]) -> float:
@@ -603,12 +603,11 @@ def is_due(done: int, period: int, last: int | None = None) -> bool:
 
 
 def checkpoint_attributes(checkpoints: CheckpointManager, iteration: int) -> dict[str, Any]:
-    """The attributes of the checkpoint span after step ``iteration``."""
-    done = iteration + 1
+    """The attributes of the checkpoint span after step ``iteration`` (its folder ``step_<iteration>``)."""
     return {
         "rl.iteration": iteration,
-        "rl.checkpoint.path": os.path.join(checkpoints.root, f"step_{done}"),
-        "rl.checkpoint.step": done,
+        "rl.checkpoint.path": os.path.join(checkpoints.root, f"step_{iteration}"),
+        "rl.checkpoint.step": iteration,
     }
 
 

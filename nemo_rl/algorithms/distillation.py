@@ -286,7 +286,7 @@ def run(cfg: MasterConfig, job_attributes: dict[str, Any]) -> RunResult:
 
 
 def distillation_train(s: DistillationSetup) -> RunSummary:
-    """Runs steps ``s.start_step .. distillation.max_steps - 1``; returns a summary of the run.
+    """Runs steps ``s.start_step + 1 .. distillation.max_steps`` (numbered from 1); returns a summary of the run.
 
     The summary's ``curves["kl_to_teacher"]`` holds each step's mean per-token reverse KL on the
     student's fresh samples (before the update), its ``validation`` the student's held-out
@@ -301,9 +301,9 @@ def distillation_train(s: DistillationSetup) -> RunSummary:
         return summary
     if d.val_at_start and s.start_step == 0:
         common.log_validation(s.logger, summary, 0, validate(s, iteration=0, with_teacher=True))
-    timer.take()  # start-up time is not part of step 0
+    timer.take()  # start-up time is not part of step 1
 
-    for step in range(s.start_step, d.max_steps):
+    for step in range(s.start_step + 1, d.max_steps + 1):  # numbered from 1, as printed
         it = {"rl.iteration": step}
         with timer.span("rl.distillation.step", **it, **{"rl.algorithm": "distillation"}):
             with timer.span("rl.distillation.data_processing", **it, **sizes):
@@ -340,11 +340,10 @@ def distillation_train(s: DistillationSetup) -> RunSummary:
                 num_bytes = common.sync_weights(s.generation, s.student)
                 spanspec.annotate(sp, **{"rl.weight_sync.num_bytes": num_bytes})
 
-            done = step + 1
-            if common.is_due(done, d.val_period):
-                common.log_validation(s.logger, summary, done, validate(s, iteration=step))
+            if common.is_due(step, d.val_period):
+                common.log_validation(s.logger, summary, step, validate(s, iteration=step))
             if s.checkpoints is not None and common.is_due(
-                done, cfg.checkpointing.save_period, d.max_steps
+                step, cfg.checkpointing.save_period, d.max_steps
             ):
                 save_checkpoint(s, iteration=step)
 
@@ -358,7 +357,7 @@ def distillation_train(s: DistillationSetup) -> RunSummary:
             "num_tokens": common.num_tokens(out),
         }
         common.log_step(
-            s.logger, done, metrics, timing, timing["rl.distillation.step"], train_metrics
+            s.logger, step, metrics, timing, timing["rl.distillation.step"], train_metrics
         )
         summary.add({"kl_to_teacher": kl_to_teacher, "reward": metrics["reward_mean"]})
     return summary
@@ -410,4 +409,4 @@ def save_checkpoint(s: DistillationSetup, iteration: int) -> str:
     attributes = common.checkpoint_attributes(s.checkpoints, iteration)
     with s.timer.span("rl.distillation.checkpoint", **attributes):
         data = s.train_data.state_dict()
-        return common.write_checkpoint(s.checkpoints, iteration + 1, {"policy": s.student}, data)
+        return common.write_checkpoint(s.checkpoints, iteration, {"policy": s.student}, data)

@@ -155,7 +155,7 @@ def run(cfg: MasterConfig, job_attributes: dict[str, Any]) -> RunResult:
 
 
 def grpo_train(s: GRPOSetup) -> RunSummary:
-    """Runs steps ``s.start_step .. grpo.max_steps - 1``; returns a summary of the run.
+    """Runs steps ``s.start_step + 1 .. grpo.max_steps`` (numbered from 1); returns a summary of the run.
 
     The summary's ``curves["reward"]`` holds the mean reward of each step run, its
     ``validation`` the held-out ``accuracy``. Every metric also goes to ``<log_dir>/metrics.jsonl``.
@@ -167,9 +167,9 @@ def grpo_train(s: GRPOSetup) -> RunSummary:
         return summary
     if grpo.val_at_start and s.start_step == 0:
         common.log_validation(s.logger, summary, 0, {"accuracy": validate(s, iteration=0)})
-    timer.take()  # start-up time is not part of step 0
+    timer.take()  # start-up time is not part of step 1
 
-    for step in range(s.start_step, grpo.max_steps):
+    for step in range(s.start_step + 1, grpo.max_steps + 1):  # numbered from 1, as printed
         it = {"rl.iteration": step}
         # input.value / output.value: what a trace list (Phoenix) shows, so steps differ there.
         with timer.span(
@@ -234,19 +234,18 @@ def grpo_train(s: GRPOSetup) -> RunSummary:
                 num_bytes = common.sync_weights(s.generation, s.policy)
                 spanspec.annotate(span, **{"rl.weight_sync.num_bytes": num_bytes})
 
-            done = step + 1
-            if common.is_due(done, grpo.val_period):
+            if common.is_due(step, grpo.val_period):
                 accuracy = validate(s, iteration=step)
-                common.log_validation(s.logger, summary, done, {"accuracy": accuracy})
+                common.log_validation(s.logger, summary, step, {"accuracy": accuracy})
             if s.checkpoints is not None and common.is_due(
-                done, cfg.checkpointing.save_period, grpo.max_steps
+                step, cfg.checkpointing.save_period, grpo.max_steps
             ):
                 save_checkpoint(s, iteration=step)
 
         # LOG: after the step span closed, so the step's own time is known.
         timing = timer.take()
         metrics = step_metrics(rewards, exact, out["response_mask"], train_metrics, num_tokens)
-        common.log_step(s.logger, done, metrics, timing, timing["rl.grpo.step"], train_metrics)
+        common.log_step(s.logger, step, metrics, timing, timing["rl.grpo.step"], train_metrics)
         summary.add({"reward": metrics["reward_mean"]})
     return summary
 
@@ -273,7 +272,7 @@ def save_checkpoint(s: GRPOSetup, iteration: int) -> str:
         "rl.grpo.checkpoint", **common.checkpoint_attributes(s.checkpoints, iteration)
     ):
         data = s.train_data.state_dict()
-        return common.write_checkpoint(s.checkpoints, iteration + 1, {"policy": s.policy}, data)
+        return common.write_checkpoint(s.checkpoints, iteration, {"policy": s.policy}, data)
 
 
 def step_metrics(

@@ -198,7 +198,7 @@ def run(cfg: MasterConfig, job_attributes: dict[str, Any]) -> RunResult:
 
 
 def ppo_train(s: PPOSetup) -> RunSummary:
-    """Runs steps ``s.start_step .. ppo.max_steps - 1``; returns a summary of the run.
+    """Runs steps ``s.start_step + 1 .. ppo.max_steps`` (numbered from 1); returns a summary of the run.
 
     The summary's ``curves`` hold each step's mean ``reward`` and ``value_loss``, its
     ``validation`` the held-out ``accuracy``. Every metric also goes to ``<log_dir>/metrics.jsonl``.
@@ -212,11 +212,11 @@ def ppo_train(s: PPOSetup) -> RunSummary:
         return summary
     if ppo.val_at_start and s.start_step == 0:
         common.log_validation(s.logger, summary, 0, {"accuracy": validate(s, iteration=0)})
-    timer.take()  # start-up time is not part of step 0
+    timer.take()  # start-up time is not part of step 1
 
-    for step in range(s.start_step, ppo.max_steps):
+    for step in range(s.start_step + 1, ppo.max_steps + 1):  # numbered from 1, as printed
         it = {"rl.iteration": step}
-        train_policy = step >= ppo.critic_warmup_steps
+        train_policy = step > ppo.critic_warmup_steps  # steps 1..warm-up train the critic only
         with timer.span("rl.ppo.step", **it, **{"rl.algorithm": "ppo"}):
             with timer.span("rl.ppo.data_processing", **it, **sizes):
                 problems, prompt_ids, prompt_mask = common.draw_prompts(
@@ -270,12 +270,11 @@ def ppo_train(s: PPOSetup) -> RunSummary:
                     num_bytes = common.sync_weights(s.generation, s.policy)
                     spanspec.annotate(span, **{"rl.weight_sync.num_bytes": num_bytes})
 
-            done = step + 1
-            if common.is_due(done, ppo.val_period):
+            if common.is_due(step, ppo.val_period):
                 accuracy = validate(s, iteration=step)
-                common.log_validation(s.logger, summary, done, {"accuracy": accuracy})
+                common.log_validation(s.logger, summary, step, {"accuracy": accuracy})
             if s.checkpoints is not None and common.is_due(
-                done, cfg.checkpointing.save_period, ppo.max_steps
+                step, cfg.checkpointing.save_period, ppo.max_steps
             ):
                 save_checkpoint(s, iteration=step)
 
@@ -296,7 +295,7 @@ def ppo_train(s: PPOSetup) -> RunSummary:
         for key in ("grad_norm", "lr"):
             if key in policy_metrics:
                 metrics[key] = policy_metrics[key]
-        common.log_step(s.logger, done, metrics, timing, timing["rl.ppo.step"], policy_metrics)
+        common.log_step(s.logger, step, metrics, timing, timing["rl.ppo.step"], policy_metrics)
         summary.add({"reward": metrics["reward_mean"], "value_loss": metrics["value_loss"]})
     return summary
 
@@ -322,4 +321,4 @@ def save_checkpoint(s: PPOSetup, iteration: int) -> str:
         "rl.ppo.checkpoint", **common.checkpoint_attributes(s.checkpoints, iteration)
     ):
         data = s.train_data.state_dict()
-        return common.write_checkpoint(s.checkpoints, iteration + 1, s.workers(), data)
+        return common.write_checkpoint(s.checkpoints, iteration, s.workers(), data)

@@ -93,7 +93,7 @@ def run(cfg: MasterConfig, job_attributes: dict[str, Any]) -> RunResult:
 
 
 def rm_train(s: sv.SupervisedSetup) -> RunSummary:
-    """Runs steps ``s.start_step .. rm.max_steps - 1``; returns the summary (``curves`` of
+    """Runs steps ``s.start_step + 1 .. rm.max_steps`` (numbered from 1); returns the summary (``curves`` of
     ``loss`` and ``preference_accuracy``, ``validation`` with held-out ``accuracy`` and ``margin``)."""
     cfg, timer, rm = s.cfg, s.timer, s.cfg.rm
     size = rm.batch_size
@@ -102,9 +102,9 @@ def rm_train(s: sv.SupervisedSetup) -> RunSummary:
         return summary
     if rm.val_at_start and s.start_step == 0:
         common.log_validation(s.logger, summary, 0, validate(s, iteration=0))
-    timer.take()  # start-up time is not part of step 0
+    timer.take()  # start-up time is not part of step 1
 
-    for step in range(s.start_step, rm.max_steps):
+    for step in range(s.start_step + 1, rm.max_steps + 1):  # numbered from 1, as printed
         it = {"rl.iteration": step}
         with timer.span("rl.rm.step", **it, **{"rl.algorithm": "rm"}):
             # DATA: chosen and rejected completions of each prompt, one row per pair.
@@ -115,16 +115,15 @@ def rm_train(s: sv.SupervisedSetup) -> RunSummary:
                 metrics = s.policy.train(batch)
                 spanspec.annotate(span, **{"rl.num_micro_batches": metrics["num_micro_batches"]})
 
-            done = step + 1
-            if common.is_due(done, rm.val_period):
-                common.log_validation(s.logger, summary, done, validate(s, iteration=step))
+            if common.is_due(step, rm.val_period):
+                common.log_validation(s.logger, summary, step, validate(s, iteration=step))
             if s.checkpoints is not None and common.is_due(
-                done, cfg.checkpointing.save_period, rm.max_steps
+                step, cfg.checkpointing.save_period, rm.max_steps
             ):
                 save_checkpoint(s, iteration=step)
 
         timing = timer.take()
-        common.log_step(s.logger, done, metrics, timing, timing["rl.rm.step"])
+        common.log_step(s.logger, step, metrics, timing, timing["rl.rm.step"])
         summary.add(
             {"loss": metrics["loss"], "preference_accuracy": metrics["preference_accuracy"]}
         )
@@ -152,4 +151,4 @@ def save_checkpoint(s: sv.SupervisedSetup, iteration: int) -> str:
     assert s.checkpoints is not None
     with s.timer.span("rl.rm.checkpoint", **common.checkpoint_attributes(s.checkpoints, iteration)):
         data = s.train_data.state_dict()
-        return common.write_checkpoint(s.checkpoints, iteration + 1, {"policy": s.policy}, data)
+        return common.write_checkpoint(s.checkpoints, iteration, {"policy": s.policy}, data)

@@ -94,7 +94,7 @@ def run(cfg: MasterConfig, job_attributes: dict[str, Any]) -> RunResult:
 
 
 def sft_train(s: sv.SupervisedSetup) -> RunSummary:
-    """Runs steps ``s.start_step .. sft.max_steps - 1``; returns the summary (``curves["loss"]``,
+    """Runs steps ``s.start_step + 1 .. sft.max_steps`` (numbered from 1); returns the summary (``curves["loss"]``,
     ``validation`` with the held-out exact-match ``accuracy``)."""
     cfg, timer, sft = s.cfg, s.timer, s.cfg.sft
     size = sft.batch_size
@@ -103,9 +103,9 @@ def sft_train(s: sv.SupervisedSetup) -> RunSummary:
         return summary
     if sft.val_at_start and s.start_step == 0:
         common.log_validation(s.logger, summary, 0, validate(s, iteration=0))
-    timer.take()  # start-up time is not part of step 0
+    timer.take()  # start-up time is not part of step 1
 
-    for step in range(s.start_step, sft.max_steps):
+    for step in range(s.start_step + 1, sft.max_steps + 1):  # numbered from 1, as printed
         it = {"rl.iteration": step}
         with timer.span("rl.sft.step", **it, **{"rl.algorithm": "sft"}):
             # DATA: <bos> prompt answer <eos>, the loss masked to the answer and its eos.
@@ -118,16 +118,15 @@ def sft_train(s: sv.SupervisedSetup) -> RunSummary:
                 metrics = s.policy.train(batch)
                 spanspec.annotate(span, **{"rl.num_micro_batches": metrics["num_micro_batches"]})
 
-            done = step + 1
-            if common.is_due(done, sft.val_period):
-                common.log_validation(s.logger, summary, done, validate(s, iteration=step))
+            if common.is_due(step, sft.val_period):
+                common.log_validation(s.logger, summary, step, validate(s, iteration=step))
             if s.checkpoints is not None and common.is_due(
-                done, cfg.checkpointing.save_period, sft.max_steps
+                step, cfg.checkpointing.save_period, sft.max_steps
             ):
                 save_checkpoint(s, iteration=step)
 
         timing = timer.take()
-        common.log_step(s.logger, done, metrics, timing, timing["rl.sft.step"])
+        common.log_step(s.logger, step, metrics, timing, timing["rl.sft.step"])
         summary.add({"loss": metrics["loss"]})
     return summary
 
@@ -154,4 +153,4 @@ def save_checkpoint(s: sv.SupervisedSetup, iteration: int) -> str:
         "rl.sft.checkpoint", **common.checkpoint_attributes(s.checkpoints, iteration)
     ):
         data = s.train_data.state_dict()
-        return common.write_checkpoint(s.checkpoints, iteration + 1, {"policy": s.policy}, data)
+        return common.write_checkpoint(s.checkpoints, iteration, {"policy": s.policy}, data)

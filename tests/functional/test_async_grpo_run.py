@@ -91,7 +91,7 @@ def test_every_step_links_to_the_fresh_enough_rollouts_it_trained_on(run):
     _, _, _, by_name = run
     rollouts = {(s["traceId"], s["spanId"]): s for s in by_name["rl.async_grpo.rollout"]}
     steps = sorted(by_name["rl.async_grpo.step"], key=lambda s: s["attrs"]["rl.iteration"])
-    assert [s["attrs"]["rl.iteration"] for s in steps] == list(range(STEPS))
+    assert [s["attrs"]["rl.iteration"] for s in steps] == list(range(1, STEPS + 1))
     for step in steps:
         t = step["attrs"]["rl.iteration"]
         links = step.get("links", [])
@@ -101,11 +101,11 @@ def test_every_step_links_to_the_fresh_enough_rollouts_it_trained_on(run):
             rollout = rollouts.get((link["traceId"], link["spanId"]))
             assert rollout is not None, f"step {t} links to a span that is no rollout in the file"
             assert rollout["attrs"]["rl.iteration"] == t  # sampled for this very step
-            ages.append(t - rollout["attrs"]["rl.async.weight_version"])
+            ages.append(t - 1 - rollout["attrs"]["rl.async.weight_version"])  # step t trains t - 1
         assert 0 <= max(ages) <= MAX_AGE
         assert step["attrs"]["rl.async.trajectory_age"] == max(ages)
         assert step["attrs"]["rl.async.queue_size"] >= 0
-    # Overlap: from step 1 on the batch was sampled while the previous step trained.
+    # Overlap: from step 2 on the batch was sampled while the previous step trained.
     assert any(s["attrs"]["rl.async.trajectory_age"] == 1 for s in steps[1:])
 
 
@@ -119,7 +119,7 @@ def test_every_rollout_after_the_first_links_to_the_weight_sync_of_its_weights(r
             assert not links  # the initial weights came from no sync
             continue
         (link,) = links
-        assert syncs[link["spanId"]]["attrs"]["rl.iteration"] == version - 1
+        assert syncs[link["spanId"]]["attrs"]["rl.iteration"] == version  # after step v: version v
 
 
 def test_idle_spans_exist_with_plausible_durations(run):

@@ -88,7 +88,7 @@ def test_grpo_with_two_ranks_learns(grpo):
 def test_every_step_holds_both_ranks_and_the_all_reduce(grpo):
     _, out, spans = grpo
     by_step = _traces_by_step(spans, "rl.grpo.step")
-    assert sorted(by_step) == list(range(40))
+    assert sorted(by_step) == list(range(1, 41))
     for step, trace in by_step.items():
         by_id = {s["spanId"]: s for s in trace}
         train = _ranks(trace, "rl.worker.train_microbatch")
@@ -250,7 +250,7 @@ def test_every_loop_runs_with_two_ranks(script, tmp_path):
     for group, ranks in groups.items():
         assert seen[group] == set(range(ranks)), (group, dict(seen))
     by_step = _traces_by_step(spans, step_name)
-    assert sorted(by_step) == [0, 1, 2]
+    assert sorted(by_step) == [1, 2, 3]
     for trace in by_step.values():
         reduces = {
             s["resource"]["rl.worker.group"] for s in trace if s["name"] == "rl.worker.allreduce"
@@ -288,7 +288,7 @@ def test_distillation_runs_with_two_ranks(tmp_path):
     )
     spans = read_spans(tmp_path / "run" / "telemetry" / "traces.jsonl")
     by_step = _traces_by_step(spans, "rl.distillation.step")
-    assert sorted(by_step) == [0, 1, 2]
+    assert sorted(by_step) == [1, 2, 3]
     for trace in by_step.values():
         teachers = {
             s["resource"]["rl.worker.rank"]

@@ -66,7 +66,7 @@ def test_the_teacher_is_trained_first_by_grpo_as_a_job_of_its_own_and_said_so(ru
 def test_each_step_holds_every_distillation_phase(run):
     _, _, spans, _ = run
     traces = step_subtrees(spans, "rl.distillation.step")
-    assert [step["attrs"]["rl.iteration"] for step, _ in traces] == list(range(STEPS))
+    assert [step["attrs"]["rl.iteration"] for step, _ in traces] == list(range(1, STEPS + 1))
     by_id = {s["spanId"]: s for s in spans}
     for step, names in traces:
         phases = {n for n in names if n.startswith("rl.distillation.")}

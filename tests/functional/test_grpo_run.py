@@ -3,6 +3,7 @@ trace file it leaves (one root trace per step, every phase inside, worker spans 
 trace) and from its metrics file."""
 
 import json
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -58,7 +59,7 @@ def test_each_step_is_a_root_trace_holding_every_phase(run):
     steps = sorted(
         (s for s in spans if s["name"] == "rl.grpo.step"), key=lambda s: s["attrs"]["rl.iteration"]
     )
-    assert [s["attrs"]["rl.iteration"] for s in steps] == list(range(STEPS))
+    assert [s["attrs"]["rl.iteration"] for s in steps] == list(range(1, STEPS + 1))
     assert len({s["traceId"] for s in steps}) == STEPS
     for step in steps:
         assert not step.get("parentSpanId"), "under per_step a step is the root of its trace"
@@ -119,7 +120,7 @@ def test_worker_spans_share_the_step_trace_and_hang_under_the_asking_span(run):
 def test_checkpoint_and_validation_spans_on_their_intervals(run):
     log_dir, _, spans = run
     evaluate = sorted(s["attrs"]["rl.iteration"] for s in spans if s["name"] == "rl.grpo.evaluate")
-    assert evaluate == [0, 1, 3]  # before training, then after steps 2 and 4
+    assert evaluate == [0, 2, 4]  # before training, then after steps 2 and 4
     start = next(s for s in spans if s["name"] == "rl.grpo.evaluate" and not s.get("parentSpanId"))
     assert "rl.eval.accuracy" in start["attrs"] and start["attrs"]["rl.eval.num_samples"] > 0
     ckpt = sorted(
@@ -127,11 +128,45 @@ def test_checkpoint_and_validation_spans_on_their_intervals(run):
         for s in spans
         if s["name"] == "rl.grpo.checkpoint"
     )
-    assert ckpt == [(2, 3), (3, 4)]  # every 3 steps, and after the last
+    assert ckpt == [(3, 3), (4, 4)]  # every 3 steps, and after the last
     for s in spans:
         if s["name"] == "rl.grpo.checkpoint":
             assert Path(s["attrs"]["rl.checkpoint.path"]).is_dir()
     assert sorted(p.name for p in (log_dir / "checkpoints").iterdir()) == ["step_3", "step_4"]
+
+
+def test_one_step_number_everywhere(run):
+    # Steps are numbered from 1 in every output, 0 being "before the first step": the console's
+    # "step N: validation" line, metrics.jsonl's "step", the rl.iteration of the step span and of
+    # the evaluate span that line reports, the checkpoint folders and `spanspec view --step N`.
+    log_dir, stdout, spans = run
+    rows = [json.loads(line) for line in (log_dir / "metrics.jsonl").read_text().splitlines()]
+    by_id = {s["spanId"]: s for s in spans}
+    steps = sorted(s["attrs"]["rl.iteration"] for s in spans if s["name"] == "rl.grpo.step")
+    assert steps == [r["step"] for r in rows if "train/loss" in r] == list(range(1, STEPS + 1))
+    console = [int(n) for n in re.findall(r"^step (\d+): validation accuracy", stdout, re.M)]
+    logged = [r["step"] for r in rows if "validation/accuracy" in r]
+    evaluate = {}
+    for s in spans:
+        if s["name"] == "rl.grpo.evaluate":
+            parent = by_id.get(s.get("parentSpanId", ""))
+            # after step N, inside step N's span: the evaluate span carries N too
+            assert parent is None or parent["attrs"]["rl.iteration"] == s["attrs"]["rl.iteration"]
+            evaluate[s["attrs"]["rl.iteration"]] = s["attrs"]["rl.eval.accuracy"]
+    assert console == logged == sorted(evaluate) == [0, 2, 4]
+    for r in rows:
+        if "validation/accuracy" in r:
+            assert r["validation/accuracy"] == pytest.approx(evaluate[r["step"]])
+    shown = ", ".join(f"step {n} {evaluate[n]:.3f}" for n in (0, 2, 4))
+    assert f"validation accuracy: {shown}" in stdout  # the run's summary line
+    ckpt = sorted(s["attrs"]["rl.iteration"] for s in spans if s["name"] == "rl.grpo.checkpoint")
+    assert [f"step_{n}" for n in ckpt] == sorted(
+        p.name for p in (log_dir / "checkpoints").iterdir()
+    )
+    view = spanspec_cli("view", str(log_dir / "telemetry"), "--step", "2", "--width", "10")
+    assert view.returncode == 0, view.stderr[-3000:]
+    assert "rl.grpo.step (rl.iteration=2)" in view.stdout  # the header names the step
+    assert "rl.grpo.evaluate" in view.stdout  # step 2's trace holds the validation after it
 
 
 def test_metrics_file_holds_the_training_signals(run):
@@ -211,7 +246,8 @@ def test_the_run_folder_gives_a_report_and_a_perfetto_trace(run, tmp_path):
     assert f"{STEPS} steps, {len(spans)} spans, 3 processes" in proc.stdout
     data = json.loads(page.read_text().split('id="report-data">', 1)[1].split("</script>", 1)[0])
     assert data["lanes"] == ["driver", "generation 0", "policy 0"]
-    assert [s["iteration"] for s in data["steps"]] == list(range(STEPS))
+    assert [s["iteration"] for s in data["steps"]] == list(range(1, STEPS + 1))
+    assert data["curve_step_offset"] == 0  # metrics.jsonl's steps are the step spans' numbers
     steps = {s["attrs"]["rl.iteration"]: s for s in spans if s["name"] == "rl.grpo.step"}
     assert steps[1]["attrs"]["input.value"] == "grpo step 1"
     assert steps[1]["attrs"]["output.value"].startswith("reward ")

@@ -177,7 +177,7 @@ def test_a_backend_that_is_not_installed_is_one_line_with_the_install_command(
 
 def test_the_report_draws_the_runs_curves_at_their_steps(run, tmp_path):
     """``spanspec report`` on the run folder: the logger's curves from metrics.jsonl, each logged
-    step (steps done, 1-based) linked to its step span (numbered from 0)."""
+    step linked to the step span of the same number (both count from 1)."""
     log_dir, _, rows = run
     proc = subprocess.run(
         [
@@ -203,5 +203,5 @@ def test_the_report_draws_the_runs_curves_at_their_steps(run, tmp_path):
     curves = {c["key"]: dict(map(tuple, c["points"])) for c in data["curves"]}
     for key in ("train/reward_mean", "train/loss", "validation/accuracy"):
         assert curves[key] == pytest.approx(logged(rows, key)), key
-    assert data["curve_step_offset"] == 1
-    assert [s["iteration"] for s in data["steps"]] == list(range(STEPS))
+    assert data["curve_step_offset"] == 0  # logged step n is step span n
+    assert [s["iteration"] for s in data["steps"]] == list(range(1, STEPS + 1))

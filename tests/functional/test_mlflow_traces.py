@@ -146,7 +146,7 @@ def test_search_traces_reads_every_step_with_its_parents_and_the_run_carries_the
             steps[root.attributes["rl.iteration"]] = {s.name for s in spans}
             # MLflow keeps no resource attributes: the step span itself carries the run id.
             job_run_ids.add(root.attributes.get("rl.run_id"))
-    assert sorted(steps) == list(range(STEPS))
+    assert sorted(steps) == list(range(1, STEPS + 1))  # the same numbers as the logger's
     for names in steps.values():
         assert {"rl.grpo.rollout", "rl.grpo.policy_update"} <= names, names
     assert job_run_ids == {RUN_ID}
@@ -155,4 +155,4 @@ def test_search_traces_reads_every_step_with_its_parents_and_the_run_carries_the
     assert found.data.tags["rl.run_id"] == RUN_ID and found.info.status == "FINISHED"
     assert "rl.trace_file" not in found.data.tags  # the traces are in MLflow, not in a file
     loss = client.get_metric_history(found.info.run_id, "train/loss")
-    assert sorted(m.step for m in loss) == list(range(1, STEPS + 1))  # the logger's steps done
+    assert sorted(m.step for m in loss) == list(range(1, STEPS + 1))

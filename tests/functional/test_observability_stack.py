@@ -197,16 +197,16 @@ def test_every_run_arrives_in_phoenix_whole_under_its_project(stack, runs):
     for run_id, (log_dir, out, _) in runs.items():
         if run_id == "stack-otlp-only":  # no file: the run's own count of what it exported
             exported = int(re.search(r"(\d+) spans \((\d+) exported, 0 dropped\)", out)[2])
-            got = wait_for_phoenix(ports["PHOENIX_PORT"], run_id, exported, iteration=0)
+            got = wait_for_phoenix(ports["PHOENIX_PORT"], run_id, exported, iteration=1)
             assert len(got["spans"]) == exported > 0
             file_spans = [s for s in got["spans"] if s["name"] == "rl.grpo.step"]
         else:
             file_spans = read_spans(log_dir / "telemetry" / "traces.jsonl")
-            got = wait_for_phoenix(ports["PHOENIX_PORT"], run_id, len(file_spans), iteration=0)
+            got = wait_for_phoenix(ports["PHOENIX_PORT"], run_id, len(file_spans), iteration=1)
             assert {s["span_id"] for s in got["spans"]} == {s.span_id for s in file_spans}
         assert run_id in got["projects"]
         step = got["step"]
-        assert step is not None and step["attributes"]["rl.iteration"] == 0, run_id
+        assert step is not None and step["attributes"]["rl.iteration"] == 1, run_id
         # The registry's constants: a step and its phases are CHAIN in Phoenix, not "unknown".
         assert step["span_kind"] == "CHAIN", (run_id, step["span_kind"])
         kinds = {s["name"]: s["span_kind"] for s in got["spans"]}

@@ -12,7 +12,7 @@ from tests.traces import ancestors, live_check, read_spans, run_example, step_su
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 STEPS = 3
-WARMUP = 1  # step 0 trains only the critic
+WARMUP = 1  # step 1 trains only the critic
 PHASES = {
     "rl.ppo.data_processing",
     "rl.ppo.rollout",
@@ -55,7 +55,7 @@ def run(tmp_path_factory):
 def test_each_step_holds_every_ppo_phase(run):
     _, _, spans = run
     traces = step_subtrees(spans, "rl.ppo.step")
-    assert [step["attrs"]["rl.iteration"] for step, _ in traces] == list(range(STEPS))
+    assert [step["attrs"]["rl.iteration"] for step, _ in traces] == list(range(1, STEPS + 1))
     by_id = {s["spanId"]: s for s in spans}
     for step, names in traces:
         i = step["attrs"]["rl.iteration"]
@@ -63,7 +63,7 @@ def test_each_step_holds_every_ppo_phase(run):
             "rl.ppo.evaluate",
             "rl.ppo.checkpoint",
         }
-        assert phases == (WARMUP_PHASES if i < WARMUP else PHASES), (i, sorted(phases))
+        assert phases == (WARMUP_PHASES if i <= WARMUP else PHASES), (i, sorted(phases))
         for name in phases:
             (span,) = names[name]
             assert span["attrs"]["rl.iteration"] == i

@@ -65,7 +65,7 @@ def test_the_job_span_holds_model_init_and_every_step(run):
     assert job["attrs"]["rl.algorithm"] == algo and job["attrs"]["rl.max_steps"] == STEPS
     (init,) = [s for s in spans if s["name"] == f"rl.{algo}.model_init"]
     steps = [s for s in spans if s["name"] == f"rl.{algo}.step"]
-    assert sorted(s["attrs"]["rl.iteration"] for s in steps) == list(range(STEPS))
+    assert sorted(s["attrs"]["rl.iteration"] for s in steps) == list(range(1, STEPS + 1))
     for s in [init, *steps]:
         assert by_id[s["parentSpanId"]] is job and s["traceId"] == job["traceId"]
     # the baseline validation runs before the first step, straight under the job
@@ -80,17 +80,17 @@ def test_the_job_span_holds_model_init_and_every_step(run):
 def test_a_step_holds_every_phase_once(run):
     algo, _, _, spans = run
     traces = step_traces(spans, f"rl.{algo}.step")
-    assert [step["attrs"]["rl.iteration"] for step, _ in traces] == list(range(STEPS))
+    assert [step["attrs"]["rl.iteration"] for step, _ in traces] == list(range(1, STEPS + 1))
     for step, _ in traces:
         children = [s for s in spans if s.get("parentSpanId") == step["spanId"]]
         names = sorted(s["name"].removeprefix(f"rl.{algo}.") for s in children)
-        # steps 2 and 3 (iterations 1, 2) checkpoint; step 2 validates
+        # steps 2 and 3 checkpoint; step 2 validates
         expected = {"data_processing", "policy_update"} | (
             {"reference_policy"} if algo == "dpo" else set()
         )
-        if step["attrs"]["rl.iteration"] == 1:
+        if step["attrs"]["rl.iteration"] == 2:
             expected = PHASES[algo]
-        elif step["attrs"]["rl.iteration"] == 2:
+        elif step["attrs"]["rl.iteration"] == 3:
             expected = expected | {"checkpoint"}
         assert names == sorted(expected), (step["attrs"], names)
         for s in children:
