@@ -168,11 +168,18 @@ class _Gate:
                 return self._cleaned(attributes)
         return attributes
 
-    def _cleaned(self, attributes: dict[str, Any]) -> dict[str, Any]:
+    def stall_attributes(self, attributes: dict[str, Any] | None) -> dict[str, Any]:
+        """What a stall warning shows of a watched span's attributes: what :meth:`clean` kept at
+        its start (called by the watchdog thread, without clean's warnings, given then)."""
+        return self._cleaned(attributes, quiet=True) if attributes else {}
+
+    def _cleaned(self, attributes: dict[str, Any], quiet: bool = False) -> dict[str, Any]:
         out = {}
         types = self.types
         for key, value in attributes.items():
             if key not in types:
+                if quiet:
+                    continue
                 _problem(
                     self,
                     "span.undeclared_attribute",
@@ -186,6 +193,8 @@ class _Gate:
             decl = self.attributes[key]
             value = coerce(decl, value)
             if value is BAD:
+                if quiet:
+                    continue
                 given = attributes[key]
                 # A sensitive value never reaches a message (which logs may export).
                 shown = "(value not shown: sensitive)" if decl.sensitive else shorten(repr(given))
@@ -362,27 +371,27 @@ def spans_ended_in_another_thread() -> int:
 
 class _WatchedSpan(_LiveSpan):
     """An enabled span with a ``max_duration``: the stall watchdog watches it while it is open
-    as a ``with`` block (a ``@traced`` generator's span is not watched)."""
+    as a ``with`` block (a ``@traced`` generator's span is not watched).
 
-    __slots__ = ("_watched",)
+    The record ``_LiveSpan.__enter__`` keeps of this opening (``self._open``) is what the watchdog
+    knows it by, so watching allocates one tuple; the attributes are cleaned for a warning only.
+    """
 
-    def __init__(self, gate: _Gate, attributes: dict[str, Any], links: Sequence[Any] = ()) -> None:
-        super().__init__(gate, attributes, links)
-        self._watched: list[Any] = []
+    __slots__ = ()
 
     def __enter__(self) -> Span:
-        span = super().__enter__()
-        gate = self._gate
-        # clean() again: the same dict back on the common path; a stall line shows what was kept.
-        attrs = gate.clean(self._attributes) if self._attributes else None
-        self._watched.append(watchdog.watch(gate.name, cast(float, gate.bound), span, attrs))
+        span = _LiveSpan.__enter__(self)
+        _watch(self._gate, self._attributes, span, self._open)
         return span
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
     ) -> bool:
-        watchdog.unwatch(self._watched.pop())
-        return super().__exit__(exc_type, exc, tb)
+        _unwatch(self._open)
+        return _LiveSpan.__exit__(self, exc_type, exc, tb)
+
+
+_watch, _unwatch = watchdog.opened, watchdog.closed
 
 
 def _as_links(links: Sequence[Any]) -> list[trace.Link]:
