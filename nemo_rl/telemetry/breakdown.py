@@ -74,7 +74,8 @@ def run_summary(
     rank's achieved model FLOP/s and tokens/s in its training micro-batches, with MFU where
     ``peak_flops`` (``cluster.peak_flops_per_worker``) is known, then the section of each fold
     ``reports`` make (async GRPO's :class:`CollectorFold`), fed by the same reader. Memory
-    holds the steps in flight and the aggregates, never the file."""
+    holds the steps in flight and the aggregates (and, for a fold that follows links, the recent
+    spans: bounded, see :class:`~spanspec.traces.steps.StepCollector`), never the file."""
     from spanspec.registry import load
     from spanspec.traces import otlp_json
     from spanspec.traces.breakdown import BreakdownFold
