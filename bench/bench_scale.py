@@ -378,7 +378,7 @@ def run_case(
             exporting = group.run_all("begin", env)
         case.exporting_ranks = [r for r, e in enumerate(exporting) if e]
         started = time.perf_counter()
-        for step in range(args.steps):
+        for step in range(1, args.steps + 1):  # numbered from 1, as every loop's rl.iteration
             _driver_step(step, group, leaders, args)
         case.step_s = (time.perf_counter() - started) / args.steps
     loop_s = case.step_s * args.steps

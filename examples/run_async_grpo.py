@@ -13,14 +13,14 @@ import sys
 
 from nemo_rl.algorithms import async_grpo
 from nemo_rl.entrypoint import Loop, run_loop
-from nemo_rl.telemetry.breakdown import collector_report
+from nemo_rl.telemetry.breakdown import CollectorFold
 
 LOOP = Loop(
     "async_grpo",
     async_grpo.MasterConfig,
     async_grpo.run,
     os.path.join(os.path.dirname(__file__), "configs", "async_grpo_tiny.yaml"),
-    report=collector_report,
+    report=CollectorFold,
 )
 
 

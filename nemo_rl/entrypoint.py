@@ -30,7 +30,7 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
@@ -46,7 +46,7 @@ from nemo_rl.telemetry import (
     shutdown_telemetry,
     stragglers,
 )
-from nemo_rl.telemetry.breakdown import run_summary
+from nemo_rl.telemetry.breakdown import SummaryFold, run_summary
 from nemo_rl.telemetry.config import STRAGGLER_THRESHOLD
 from nemo_rl.utils import logger_backends
 from nemo_rl.utils.config import ConfigError, load_config
@@ -54,6 +54,9 @@ from nemo_rl.utils.logger_backends import BackendError
 from spanspec.export import ExportStats, planned_destinations
 from spanspec.findings import SpecError
 from spanspec.settings import SettingsError
+
+if TYPE_CHECKING:
+    from spanspec.spec import Spec
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_TERMINATED", "Loop", "run_loop"]
 
@@ -81,8 +84,9 @@ class Loop:
     returns the summary and the workers' telemetry costs."""
     default_config: str
     """The config file used when ``--config`` is not given."""
-    report: Callable[[str, str | None], str] | None = None
-    """Optional extra report from the trace file and run id, printed after the breakdown."""
+    report: Callable[[Spec], SummaryFold] | None = None
+    """Optional extra section printed after the breakdown: makes, from the registry, the fold
+    that :func:`~nemo_rl.telemetry.breakdown.run_summary` feeds in its one pass over the traces."""
 
 
 def run_loop(loop: Loop, argv: Sequence[str] | None = None, doc: str | None = None) -> int:
@@ -241,9 +245,8 @@ def _steps_done(loop: Loop, cfg: Any, settings: Any, threshold: float) -> None:
     if not (settings.enabled and "file" in settings.exporters and os.path.exists(trace_file)):
         return
     peak = cfg.cluster.peak_flops_per_worker if hasattr(cfg, "cluster") else None
-    print(run_summary(trace_file, settings.run_id, threshold, peak))
-    if loop.report is not None:
-        print(loop.report(trace_file, settings.run_id))
+    reports = [loop.report] if loop.report is not None else []
+    print(run_summary(trace_file, settings.run_id, threshold, peak, reports))
     print(f"traces: {trace_file}  (view a step: spanspec view {trace_file})")
     report = os.path.join(cfg.logger.log_dir, "report.html")
     print(f"report: spanspec report {cfg.logger.log_dir} -o {report}")

@@ -5,20 +5,21 @@ generation with training, is here."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import spanspec
 from spanspec.traces.breakdown import Breakdown, PhaseTime, compute_breakdown, step_breakdown
-from spanspec.traces.overlap import Overlap, run_overlap
+from spanspec.traces.overlap import Overlap, step_overlap
 
 __all__ = [
     "Breakdown",
     "CollectorBreakdown",
+    "CollectorFold",
     "PhaseTime",
+    "SummaryFold",
     "collector_breakdown",
-    "collector_report",
     "compute_breakdown",
     "compute_collector_breakdown",
     "name_rank",
@@ -41,8 +42,29 @@ def name_rank(label: str, resource: Mapping[str, Any]) -> str:
     return f"{group} rank {rank} (node {node}" + (f", pid {pid})" if pid is not None else ")")
 
 
+class SummaryFold(Protocol):
+    """One more section of the end-of-run summary, folded in the same pass over the traces as the
+    breakdown (an entry point's ``Loop.report`` makes one from the registry): ``add`` takes
+    every span of the run as it is read (in end order), ``add_step`` each step as it closes
+    (its step span, its member spans, and ``linked()``, what the step's span links point at:
+    :meth:`spanspec.traces.steps.StepCollector.linked`, held only when ``follows_links``);
+    ``str()`` is the section."""
+
+    follows_links: bool
+
+    def add(self, span: Any) -> None: ...
+
+    def add_step(
+        self, step: Any, members: list[Any], linked: Callable[[], tuple[list[Any], list[Any]]]
+    ) -> None: ...
+
+
 def run_summary(
-    trace_file: str, run_id: str | None, threshold: float, peak_flops: float | None = None
+    trace_file: str,
+    run_id: str | None,
+    threshold: float,
+    peak_flops: float | None = None,
+    reports: Sequence[Callable[[spanspec.Spec], SummaryFold]] = (),
 ) -> str:
     """What the entry point prints at the end of a run, from one pass over ``trace_file``: the
     step breakdown (:mod:`spanspec.traces.breakdown`), then the ranks section
@@ -50,8 +72,10 @@ def run_summary(
     slowest rank, the time lost to the slowest rank, a ``straggler: <group> rank N ...`` line for
     each straggler and none for the others, the peak memory per phase and rank), then each
     rank's achieved model FLOP/s and tokens/s in its training micro-batches, with MFU where
-    ``peak_flops`` (``cluster.peak_flops_per_worker``) is known. Memory holds the steps in
-    flight and the aggregates, never the file."""
+    ``peak_flops`` (``cluster.peak_flops_per_worker``) is known, then the section of each fold
+    ``reports`` make (async GRPO's :class:`CollectorFold`), fed by the same reader. Memory
+    holds the steps in flight and the aggregates (and, for a fold that follows links, the recent
+    spans: bounded, see :class:`~spanspec.traces.steps.StepCollector`), never the file."""
     from spanspec.registry import load
     from spanspec.traces import otlp_json
     from spanspec.traces.breakdown import BreakdownFold
@@ -60,23 +84,39 @@ def run_summary(
 
     spec = load()
     breakdown, ranks, flops = BreakdownFold(), RankFold(spec, threshold), _FlopsFold()
+    extra = [make(spec) for make in reports]
 
     def on_step(times: Any, step: Any, members: list[Any]) -> None:
         breakdown.add(times)
         ranks.add(step, members)
         for span in members:
             flops.add(span)
+        for fold in extra:
+            fold.add_step(step, members, lambda: collector.linked(step, members))
 
-    collector = StepCollector(spec, run_id, on_step=on_step)
-    for span in otlp_json.TraceStream([trace_file]).merged():
-        collector.add(span)
-    collector.finish()
+    collector = StepCollector(
+        spec, run_id, on_step=on_step, keep_linked=any(f.follows_links for f in extra)
+    )
+    _read(otlp_json.TraceStream([trace_file]).merged(), collector, run_id, extra)
     sections = (
         str(breakdown.result(spec)),
         ranks.result().format(name_rank),
         flops.lines(peak_flops),
+        *(str(fold) for fold in extra),
     )
     return "\n".join(t for t in sections if t)
+
+
+def _read(spans: Iterable[Any], collector: Any, run_id: str | None, folds: list[Any]) -> None:
+    """Feed ``spans`` to ``collector`` (a StepCollector: it keeps ``run_id``'s) and to each of
+    ``folds`` those of ``run_id`` (all without one), then close the last steps."""
+    run_key = collector.run_key
+    for span in spans:
+        collector.add(span)
+        if folds and (run_id is None or span.resource.get(run_key) == run_id):
+            for fold in folds:
+                fold.add(span)
+    collector.finish()
 
 
 class _FlopsFold:
@@ -156,55 +196,81 @@ class CollectorBreakdown:
         return "\n".join(lines)
 
 
+class CollectorFold:
+    """The :class:`CollectorBreakdown` as a fold (a :class:`SummaryFold`): ``add`` each span,
+    ``add_step`` each step, ``result()``; it keeps the collector's phase totals and the overlap
+    sum, never the spans. ``spec`` is nemo_rl's registry (loaded when not given)."""
+
+    follows_links = True
+
+    def __init__(self, spec: spanspec.Spec | None = None) -> None:
+        from spanspec.registry import load
+
+        self.spec = spec or load()
+        self.phases: dict[str, tuple[int, float]] = {}
+        self.first: int | None = None
+        self.last: int | None = None
+        self.overlap = Overlap()
+
+    def add(self, span: Any) -> None:
+        """Count ``span`` if it is one of the collector's phases."""
+        if span.name not in COLLECTOR_PHASES:
+            return
+        a = span.start_time_unix_nano
+        b = max(a, span.end_time_unix_nano)
+        count, total = self.phases.get(span.name, (0, 0.0))
+        self.phases[span.name] = (count + 1, total + (b - a) / 1e9)
+        self.first = a if self.first is None else min(self.first, a)
+        self.last = b if self.last is None else max(self.last, b)
+
+    def add_step(
+        self, step: Any, members: list[Any], linked: Callable[[], tuple[list[Any], list[Any]]]
+    ) -> None:
+        """Add the step's overlap figure (:func:`spanspec.traces.overlap.step_overlap`)."""
+        self.overlap += step_overlap(step, members, *linked(), self.spec)
+
+    def result(self) -> CollectorBreakdown:
+        """The :class:`CollectorBreakdown` of what was added (an empty one without collector
+        spans)."""
+        if self.first is None or self.last is None:
+            return CollectorBreakdown(0.0)
+        return CollectorBreakdown(
+            span_s=(self.last - self.first) / 1e9, phases=dict(self.phases), overlap=self.overlap
+        )
+
+    def __str__(self) -> str:
+        return str(self.result())
+
+
 def compute_collector_breakdown(
-    spans: Iterable[object], spec: spanspec.Spec | None = None
+    spans: Iterable[object], spec: spanspec.Spec | None = None, run_id: str | None = None
 ) -> CollectorBreakdown:
     """The collector's phases (count, total seconds) and the overlap figure of
     :func:`spanspec.traces.overlap.run_overlap` (each step's links lead to the rollouts it
     trained on, hence to the collector's lane), from span records as :func:`compute_breakdown`
-    takes them; ``spec`` is nemo_rl's registry (loaded when not given)."""
-    from spanspec.registry import load
+    takes them (a sequence in any order, or a stream in end order), of ``run_id`` only when
+    given; ``spec`` is nemo_rl's registry (loaded when not given)."""
+    from spanspec.traces.steps import StepCollector
 
-    spans = list(spans)
+    fold = CollectorFold(spec)
+    if isinstance(spans, Sequence):
+        spans = sorted(spans, key=lambda s: s.end_time_unix_nano)
 
-    def interval(s: object) -> tuple[int, int]:
-        return s.start_time_unix_nano, max(s.start_time_unix_nano, s.end_time_unix_nano)
+    def on_step(_times: Any, step: Any, members: list[Any]) -> None:
+        fold.add_step(step, members, lambda: collector.linked(step, members))
 
-    mine = [s for s in spans if s.name in COLLECTOR_PHASES]
-    if not mine:
-        return CollectorBreakdown(0.0)
-    phases: dict[str, tuple[int, float]] = {}
-    for s in mine:
-        count, total = phases.get(s.name, (0, 0.0))
-        a, b = interval(s)
-        phases[s.name] = (count + 1, total + (b - a) / 1e9)
-    span_s = (max(interval(s)[1] for s in mine) - min(interval(s)[0] for s in mine)) / 1e9
-    return CollectorBreakdown(
-        span_s=span_s, phases=phases, overlap=run_overlap(spans, spec or load())
-    )
+    collector = StepCollector(fold.spec, run_id, on_step=on_step, keep_linked=True)
+    _read(spans, collector, run_id, [fold])
+    return fold.result()
 
 
 def collector_breakdown(
     trace_files: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     run_id: str | None = None,
 ) -> CollectorBreakdown:
-    """Read ``traces.jsonl`` file(s) and return the :class:`CollectorBreakdown` (of ``run_id``
-    only, when given)."""
+    """Read ``traces.jsonl`` file(s) once and return the :class:`CollectorBreakdown` (of
+    ``run_id`` only, when given). At the end of a run the entry point folds the same table into
+    :func:`run_summary`'s pass instead (:class:`CollectorFold`)."""
     from spanspec.traces import otlp_json
 
-    paths = [trace_files] if isinstance(trace_files, str | os.PathLike) else list(trace_files)
-    # One pass, keeping only the spans the table is made of (not the file).
-    wanted = {*COLLECTOR_PHASES, "rl.async_grpo.wait_for_trajectories", "rl.async_grpo.step"}
-    # (the step's own idle spans and its links, the collector's productive spans: the overlap)
-    spans = [
-        s
-        for s in otlp_json.TraceStream(paths)
-        if s.name in wanted and (run_id is None or s.resource.get("rl.run_id") == run_id)
-    ]
-    return compute_collector_breakdown(spans)
-
-
-def collector_report(trace_file: str, run_id: str | None) -> str:
-    """The table ``run_async_grpo.py`` prints after the step breakdown (an entry point's
-    ``Loop.report``)."""
-    return str(collector_breakdown(trace_file, run_id=run_id))
+    return compute_collector_breakdown(otlp_json.TraceStream(trace_files).merged(), run_id=run_id)

@@ -153,13 +153,18 @@ def test_the_slowed_rank_and_only_it_is_named_during_and_after_the_run(slowed):
     end = next(i for i, line in enumerate(lines) if line.startswith("where the step time went"))
     during = [line for line in lines[:end] if line.startswith("straggler:")]
     assert during, "\n".join(lines)
-    first = during[0]  # group, rank, node, pid, phase, how much slower, over how many steps
-    assert re.match(
+    first = during[0]  # group, rank, node, pid, phase, the step, how much slower, over what
+    found = re.match(
         rf"straggler: policy rank {rank} \(node \w+, pid {pid}\) is \d+% slower than the median "
-        r"in rl\.worker\.\w+, the slowest in \d+ of the last \d+ steps "
+        r"in (rl\.worker\.\w+) at step (\d+), the slowest in \d+ of the last (\d+) steps "
         rf"\(telemetry\.straggler_threshold {THRESHOLD}\)",
         first,
-    ), first
+    )
+    assert found, first
+    phase, step, calls = found.group(1), int(found.group(2)), int(found.group(3))
+    assert 1 <= step <= STEPS, first  # numbered as the console and rl.iteration: from 1
+    if phase == "rl.worker.train_microbatch":  # one call a step, from step 1: fired at the last
+        assert step == calls, first
     assert not any(f"rank {other} " in line for line in during)
     after = [line.strip() for line in lines[end:] if line.strip().startswith("straggler:")]
     assert after and all(f"policy rank {rank} (node " in line for line in after), after

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from nemo_rl.models.policy.worker import TrainStats
 from nemo_rl.telemetry.stragglers import StragglerWatch
+from nemo_rl.utils.timer import Timer, current_step
 
 
 def _name(rank: int) -> str:
@@ -13,21 +14,41 @@ def _name(rank: int) -> str:
 def test_one_line_when_a_rank_lags_and_one_when_it_stops():
     printed: list[str] = []
     watch = StragglerWatch(0.1, window=4, out=printed.append)
-    for _ in range(4):
-        watch.observe("policy", "rl.worker.train_microbatch", [1.0, 2.0], _name)
+    for step in range(1, 5):
+        watch.observe("policy", "rl.worker.train_microbatch", [1.0, 2.0], _name, step=step)
     assert printed == [
         "straggler: policy rank 1 (node 3f2a9c01, pid 4711) is 33% slower than the median in "
-        "rl.worker.train_microbatch, the slowest in 2 of the last 2 steps "
+        "rl.worker.train_microbatch at step 2, the slowest in 2 of the last 2 steps "
         "(telemetry.straggler_threshold 0.1)"
     ]
-    for _ in range(4):
-        watch.observe("policy", "rl.worker.train_microbatch", [1.0, 1.0], _name)
+    for step in range(5, 9):
+        watch.observe("policy", "rl.worker.train_microbatch", [1.0, 1.0], _name, step=step)
     assert printed[1:] == [
-        "straggler: none any more in policy rl.worker.train_microbatch "
+        "straggler: none any more in policy rl.worker.train_microbatch at step 7 "
         "(telemetry.straggler_threshold 0.1)"
     ]
     watch.observe("policy", "rl.worker.logprob", [5.0], _name)  # one rank: nothing to compare
     assert len(printed) == 2
+
+
+def test_the_line_names_the_step_of_the_loop_phase_around_the_call():
+    printed: list[str] = []
+    watch = StragglerWatch(0.1, window=4, out=printed.append)
+    timer = Timer()
+    for step in range(1, 3):  # as a loop numbers its steps, and passes the number to its spans
+        with timer.span("rl.grpo.step", **{"rl.iteration": step}):
+            with timer.span("rl.grpo.policy_update", **{"rl.iteration": step}):
+                watch.observe("policy", "rl.worker.train_microbatch", [1.0, 2.0], _name)
+    (line,) = printed
+    assert "in rl.worker.train_microbatch at step 2, the slowest in 2 of the last 2 steps" in line
+    assert current_step() is None  # outside every step again
+    for _ in range(3):
+        watch.observe("policy", "rl.worker.train_microbatch", [1.0, 1.0], _name)
+    # outside any step (no loop around the call): the line says no step
+    assert printed[1:] == [
+        "straggler: none any more in policy rl.worker.train_microbatch "
+        "(telemetry.straggler_threshold 0.1)"
+    ]
 
 
 def test_the_ranks_flops_and_the_wait_lost_to_the_slowest_merge_into_the_step():
