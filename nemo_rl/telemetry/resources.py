@@ -50,7 +50,6 @@ from typing import Any
 from opentelemetry.trace import INVALID_SPAN
 
 import spanspec
-from spanspec.runtime import active_spec
 
 __all__ = [
     "KNOWN_PEAK_FLOPS",
@@ -78,6 +77,7 @@ _UNOPENED = -2
 # resolved when a file is opened, so a forked child must open its own (os.register_at_fork).
 _clear_refs = _UNOPENED
 _statm = _UNOPENED
+_write = os.write
 
 
 def _forget_fds() -> None:
@@ -102,17 +102,19 @@ def reset_rss_high_water_mark() -> bool:
     global _clear_refs
     if _clear_refs == _UNOPENED:
         _clear_refs = _open("/proc/self/clear_refs", os.O_WRONLY)
-    return _clear_refs >= 0 and _write_5(_clear_refs)  # refused once: refused for good
-
-
-def _write_5(fd: int) -> bool:
-    global _clear_refs
-    try:
-        os.write(fd, b"5")
-        return True
-    except OSError:
-        _clear_refs = -1
+    if _clear_refs < 0:
         return False
+    try:
+        _write(_clear_refs, b"5")
+    except OSError:
+        _refused()
+        return False
+    return True
+
+
+def _refused() -> None:
+    global _clear_refs
+    _clear_refs = -1  # refused once: refused for good
 
 
 def rss_high_water_mark() -> int | None:
@@ -170,74 +172,48 @@ class SpanResources:
         self._span = span
 
     def __enter__(self) -> SpanResources:
-        # every call here is on each recording worker span: inlined where that saves one
+        # on every recording worker span: the common case (the reset works) first, inlined
         self._cuda = cuda = None if _no_cuda else _cuda()
         if cuda is not None:
             cuda.reset_peak_memory_stats()
+        fd = _clear_refs
+        if fd >= 0:
+            try:
+                _write(fd, b"5")
+            except OSError:
+                _refused()
+            else:
+                r = _getrusage(_SELF)
+                self._rss, self._cpu = r.ru_maxrss, r.ru_utime + r.ru_stime  # the mark is the RSS
+                return self
         if _getrusage is None:
+            self._cpu = None
             return self
-        reset = _clear_refs >= 0 and _write_5(_clear_refs)
-        if _clear_refs == _UNOPENED:
-            reset = reset_rss_high_water_mark()
+        reset = reset_rss_high_water_mark()  # the process's first span, or the reset is refused
         r = _getrusage(_SELF)
-        self._rss = r.ru_maxrss * 1024 if reset else current_rss()  # the mark is the RSS now
+        rss = None if reset else current_rss()
+        self._rss = r.ru_maxrss if reset else None if rss is None else rss // 1024  # kB
         self._cpu = r.ru_utime + r.ru_stime
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
-        if _getrusage is None:
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if self._cpu is None:  # no getrusage
             attrs: dict[str, int | float] = {}
         else:
             r = _getrusage(_SELF)
-            peak, start = r.ru_maxrss * 1024, self._rss
+            peak, start, cpu = r.ru_maxrss, self._rss, r.ru_utime + r.ru_stime - self._cpu
             attrs = {
-                "rl.cpu.seconds": max(0.0, r.ru_utime + r.ru_stime - self._cpu),
-                "rl.memory.rss_peak_bytes": peak,
+                "rl.cpu.seconds": cpu if cpu > 0.0 else 0.0,
+                "rl.memory.rss_peak_bytes": peak * 1024,
             }
             if start is not None:
-                attrs["rl.memory.rss_rise_bytes"] = max(0, peak - start)
+                attrs["rl.memory.rss_rise_bytes"] = (peak - start) * 1024 if peak > start else 0
         cuda = self._cuda
         if cuda is not None:
             attrs["rl.memory.cuda_peak_allocated_bytes"] = int(cuda.max_memory_allocated())
             attrs["rl.memory.cuda_peak_reserved_bytes"] = int(cuda.max_memory_reserved())
         if attrs:
-            _annotate(self._span, attrs)
-
-
-_TYPES = {
-    "rl.cpu.seconds": "float",
-    "rl.memory.rss_peak_bytes": "int",
-    "rl.memory.rss_rise_bytes": "int",
-    "rl.memory.cuda_peak_allocated_bytes": "int",
-    "rl.memory.cuda_peak_reserved_bytes": "int",
-}
-"""The attributes :class:`SpanResources` sets, and the Python type each value always has."""
-# span name -> (the active spec, the keys its entry declares as _TYPES says, with nothing for
-# annotate to check: no allowed values, not sensitive); worked out once per name and spec
-_plain: dict[str, tuple[Any, frozenset[str]]] = {}
-
-
-def _annotate(span: Any, attrs: dict[str, Any]) -> None:
-    """``spanspec.annotate(span, **attrs)``, without its per-key checks once the span's registry
-    entry is known to declare every key as a plain number of the type set (about 1 µs less on a
-    span; anything else still goes through ``annotate``, with its warnings and strict mode)."""
-    spec, name = active_spec(), getattr(span, "name", None)
-    known = _plain.get(name)  # type: ignore[arg-type]
-    if known is None or known[0] is not spec:
-        entry = spec.spans.get(name) if spec is not None and isinstance(name, str) else None
-        if entry is None:
-            spanspec.annotate(span, **attrs)  # its checks say what is wrong
-            return
-        keys = frozenset(
-            key
-            for key, a in entry.attributes.items()
-            if _TYPES.get(key) == a.type and a.allowed is None and not a.sensitive
-        )
-        known = _plain[name] = (spec, keys)
-    if attrs.keys() <= known[1]:
-        span.set_attributes(attrs)
-    else:
-        spanspec.annotate(span, **attrs)
+            spanspec.annotate(self._span, **attrs)
 
 
 class _NoResources:
@@ -259,7 +235,12 @@ def span_resources(span: Any) -> SpanResources | _NoResources:
     module docstring); :data:`NO_RESOURCES` when the span is not recording."""
     if span is INVALID_SPAN or not span.is_recording():  # INVALID_SPAN: a disabled site's span
         return NO_RESOURCES
-    return SpanResources(span)
+    resources = _new(SpanResources)  # SpanResources(span) without a Python __init__ call
+    resources._span = span
+    return resources
+
+
+_new = object.__new__
 
 
 # -- FLOPs ------------------------------------------------------------------------------------

@@ -476,3 +476,62 @@ def test_a_spans_constants_are_set_at_its_start_over_the_callers(tmp_path):
                 pass
     assert dict(spans.one("app.step").attributes) == {"n": 1, "kind": "CHAIN"}
     assert [dict(s.attributes) for s in spans.named("app.call")] == [{"kind": "LLM"}] * 2
+
+
+def _annotated(spec, limits, name: str, start: dict, late: list[dict]) -> tuple[dict, int]:
+    """(attributes, dropped) of a span ``name`` annotated with each of ``late`` in turn, under
+    the SDK's ``limits``: through spanspec, or (``spec`` a dict: the registry's constants)
+    through the raw SDK's own calls."""
+    from opentelemetry.sdk.trace import SpanLimits
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(span_limits=SpanLimits(**limits))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    if isinstance(spec, dict):
+        span = provider.get_tracer("raw").start_span(name, attributes={**start, **spec})
+        for attributes in late:
+            span.set_attributes(attributes)
+        span.end()
+    else:
+        spanspec.activate(spec, groups="all", tracer_provider=provider, env_var=None)
+        with spanspec.span(name, **start) as span:
+            for attributes in late:
+                spanspec.annotate(span, **attributes)
+        spanspec.deactivate()
+    (done,) = exporter.get_finished_spans()
+    return {k: v for k, v in done.attributes.items() if k != "openinference.span.kind"}, (
+        done.dropped_attributes
+    )
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [{}, {"max_span_attributes": 4}, {"max_span_attributes": 1}, {"max_attribute_length": 2}],
+)
+def test_late_attributes_keep_the_sdks_limits_and_count_what_they_drop(spec, limits):
+    # annotate() stores checked values straight into an SDK span once it has seen the SDK store
+    # them as given; these limits must still truncate and drop (and count) as the SDK does.
+    micro = "rl.worker.train_microbatch"
+    work = {"rl.num_tokens": 64, "rl.flops": 6_000_000, "rl.tokens_per_second": 10.5}
+    late = [work, {"rl.cpu.seconds": 0.25, "rl.num_tokens": 65}]  # a key set again: the last
+    for _ in range(2):  # the first call teaches annotate() the span class; the second uses it
+        ours = _annotated(spec, limits, micro, {"rl.micro_batch": 0}, late)
+    raw = dict(spec.spans[micro].constants)  # spanspec starts a span with them
+    assert ours == _annotated(raw, limits, micro, {"rl.micro_batch": 0}, late)
+    job = {"rl.algorithm": "grpo"}
+    ours = _annotated(spec, limits, "rl.grpo.job", job, [{"rl.algorithm": "dpo"}])
+    raw = dict(spec.spans["rl.grpo.job"].constants)
+    assert ours == _annotated(raw, limits, "rl.grpo.job", job, [{"rl.algorithm": "dpo"}])
+    if limits.get("max_attribute_length"):
+        assert ours[0]["rl.algorithm"] == "dp"  # truncated, as the SDK does
+
+
+def test_annotate_on_an_ended_span_sets_nothing_and_says_nothing(spec, caplog):
+    caplog.set_level(logging.WARNING)
+    with capture(spec, groups="all") as spans:
+        for _ in range(2):  # the second time, on the direct path
+            with spanspec.span("rl.worker.train_microbatch", **{"rl.micro_batch": 0}) as s:
+                spanspec.annotate(s, **{"rl.num_tokens": 1})
+            spanspec.annotate(s, **{"rl.flops": 5})
+    assert [own(s) for s in spans.all()] == [{"rl.micro_batch": 0, "rl.num_tokens": 1}] * 2
+    assert caplog.records == []

@@ -124,3 +124,81 @@ def test_the_peak_is_configured_or_a_known_gpu_else_unknown():
     assert peak_flops("NVIDIA A100-SXM4-80GB") == 312e12
     assert peak_flops("Some Future GPU") is None
     assert torch.cuda.is_available() is False or peak_flops(torch.cuda.get_device_name()) > 0
+
+
+class _StandInCuda:
+    """torch.cuda's peak-memory calls on a GPU, stood in for: this machine has no GPU, so the
+    CUDA path of ``span_resources`` runs here against these (a mock of what cannot run here;
+    ``test_cuda_peaks_on_a_real_gpu`` below runs the same path on a real one)."""
+
+    def __init__(self, initialized: bool) -> None:
+        self.initialized, self.resets = initialized, 0
+        self.allocated, self.reserved = 3 * MiB, 8 * MiB
+
+    def install(self, monkeypatch) -> None:
+        from nemo_rl.telemetry import resources
+
+        monkeypatch.setattr(resources, "_no_cuda", False)  # as in a process that has a GPU
+        for name in ("is_available", "is_initialized", "reset_peak_memory_stats"):
+            monkeypatch.setattr(torch.cuda, name, getattr(self, name))
+        monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda: self.allocated)
+        monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda: self.reserved)
+
+    def is_available(self) -> bool:
+        return True
+
+    def is_initialized(self) -> bool:
+        return self.initialized
+
+    def reset_peak_memory_stats(self) -> None:
+        self.resets += 1
+        self.allocated = self.reserved = 0  # what a reset does: the peaks start again from here
+
+
+def test_a_cuda_process_records_the_peaks_reset_at_each_span_start(spans, monkeypatch):
+    cuda = _StandInCuda(initialized=True)
+    cuda.install(monkeypatch)
+    for allocated in (5 * MiB, 2 * MiB):
+        with (
+            spanspec.span("rl.worker.optimizer_step", **{"rl.worker.rank": 0}) as span,
+            span_resources(span),
+        ):
+            cuda.allocated, cuda.reserved = allocated, 2 * allocated  # the work's own peak
+    assert cuda.resets == 2
+    peaks = [
+        (
+            s.attributes["rl.memory.cuda_peak_allocated_bytes"],
+            s.attributes["rl.memory.cuda_peak_reserved_bytes"],
+        )
+        for s in spans.all()
+    ]
+    assert peaks == [(5 * MiB, 10 * MiB), (2 * MiB, 4 * MiB)]  # the second is not the first's
+    assert all(s.attributes["rl.memory.rss_peak_bytes"] > 0 for s in spans.all())  # and the RSS
+
+
+def test_cuda_that_the_process_has_not_initialised_is_left_alone(spans, monkeypatch):
+    cuda = _StandInCuda(initialized=False)  # torch imported, no tensor on the GPU yet
+    cuda.install(monkeypatch)
+    with (
+        spanspec.span("rl.worker.optimizer_step", **{"rl.worker.rank": 0}) as span,
+        span_resources(span),
+    ):
+        pass
+    assert cuda.resets == 0  # measuring never initialises CUDA (that takes seconds and memory)
+    (recorded,) = spans.all()
+    assert "rl.memory.cuda_peak_allocated_bytes" not in recorded.attributes
+    assert recorded.attributes["rl.memory.rss_peak_bytes"] > 0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (none on this machine)")
+def test_cuda_peaks_on_a_real_gpu(spans):
+    torch.zeros(1, device="cuda")  # initialise CUDA
+    with (
+        spanspec.span("rl.worker.optimizer_step", **{"rl.worker.rank": 0}) as span,
+        span_resources(span),
+    ):
+        block = torch.ones(64 * MiB // 4, device="cuda")  # 64 MiB of float32
+        del block
+    (recorded,) = spans.all()
+    assert recorded.attributes["rl.memory.cuda_peak_allocated_bytes"] >= 64 * MiB
+    assert recorded.attributes["rl.memory.cuda_peak_reserved_bytes"] >= 64 * MiB
