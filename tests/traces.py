@@ -20,33 +20,56 @@ def attribute_value(v: dict) -> Any:
     return int(x) if kind == "intValue" else x
 
 
+def attributes(items: list[dict]) -> dict[str, Any]:
+    """Returns an OTLP-JSON ``attributes`` list as a plain dict."""
+    return {a["key"]: attribute_value(a["value"]) for a in items}
+
+
 def read_spans(path: Path) -> list[dict]:
     """Returns every span of an OTLP-JSON lines file, each with ``attrs`` (its attributes) and
     ``resource`` (its process's resource attributes) as plain dicts."""
     spans = []
     for line in path.read_text().splitlines():
         for rs in json.loads(line)["resourceSpans"]:
-            resource = {
-                a["key"]: attribute_value(a["value"]) for a in rs["resource"].get("attributes", [])
-            }
+            resource = attributes(rs["resource"].get("attributes", []))
             for ss in rs["scopeSpans"]:
                 for s in ss["spans"]:
-                    s["attrs"] = {
-                        a["key"]: attribute_value(a["value"]) for a in s.get("attributes", [])
-                    }
-                    s["resource"] = resource
+                    s["attrs"], s["resource"] = attributes(s.get("attributes", [])), resource
                     spans.append(s)
     return spans
 
 
-def clean_env() -> dict[str, str]:
-    """Returns this process's environment without telemetry settings or a Ray address, so an
-    example run reads only its config and overrides."""
-    return {
+def metric_points(path: Path) -> dict[str, list[dict]]:
+    """Returns every data point of an OTLP-JSON metrics lines file by metric name, each with
+    ``attrs`` (its attributes) and ``resource`` (its process's resource attributes) as plain
+    dicts."""
+    points: dict[str, list[dict]] = defaultdict(list)
+    for line in path.read_text().splitlines():
+        for rm in json.loads(line).get("resourceMetrics", []):
+            resource = attributes(rm["resource"].get("attributes", []))
+            for sm in rm.get("scopeMetrics", []):
+                for m in sm.get("metrics", []):
+                    kind = next(k for k in ("histogram", "sum", "gauge") if k in m)
+                    for point in m[kind]["dataPoints"]:
+                        points[m["name"]].append(
+                            {
+                                **point,
+                                "attrs": attributes(point.get("attributes", [])),
+                                "resource": resource,
+                            }
+                        )
+    return points
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """Returns this process's environment without telemetry, Ray address or vLLM settings, so an
+    example run reads only its config and overrides, plus ``extra``."""
+    env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("NEMO_RL_OTEL_", "NEMO_LENS_", "OTEL_", "RAY_ADDRESS"))
+        if not k.startswith(("NEMO_RL_OTEL_", "NEMO_LENS_", "OTEL_", "RAY_ADDRESS", "VLLM_"))
     }
+    return {**env, **extra}
 
 
 def run_example(

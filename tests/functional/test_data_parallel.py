@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.traces import ROOT, clean_env, live_check, read_spans, run_example
+from tests.traces import ROOT, clean_env, live_check, metric_points, read_spans, run_example
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -121,16 +121,8 @@ def test_every_step_holds_both_ranks_and_the_all_reduce(grpo):
 def test_both_groups_of_two_ranks_feed_the_straggler_watch(grpo):
     """rl.rank.skew (slowest rank over the median) per group and phase, from the live watch."""
     log_dir, _, _ = grpo
-    seen = set()
-    for line in (log_dir / "telemetry" / "metrics.jsonl").read_text().splitlines():
-        for rm in json.loads(line).get("resourceMetrics", []):
-            for sm in rm.get("scopeMetrics", []):
-                for m in sm.get("metrics", []):
-                    if m["name"] != "rl.rank.skew":
-                        continue
-                    for point in m["gauge"]["dataPoints"]:
-                        attrs = {a["key"]: a["value"]["stringValue"] for a in point["attributes"]}
-                        seen.add((attrs["rl.worker.group"], attrs["rl.phase"]))
+    points = metric_points(log_dir / "telemetry" / "metrics.jsonl")["rl.rank.skew"]
+    seen = {(p["attrs"]["rl.worker.group"], p["attrs"]["rl.phase"]) for p in points}
     assert seen == {
         ("policy", "rl.worker.train_microbatch"),
         ("policy", "rl.worker.logprob"),

@@ -20,6 +20,7 @@ import spanspec
 from spanspec import export, metrics
 from spanspec.settings import load_settings
 from tests.otlp_receiver import BlackHole, OtlpReceiver, dead_endpoint
+from tests.traces import attributes, metric_points
 
 REPO = Path(__file__).resolve().parents[2]
 PROTOCOLS = ["grpc", "http/protobuf"]
@@ -236,12 +237,9 @@ def spans_in(folder: Path) -> list[dict]:
     ]
 
 
-def attrs(span: dict) -> dict:
-    out = {}
-    for a in span.get("attributes", []):
-        ((kind, value),) = a["value"].items()
-        out[a["key"]] = int(value) if kind == "intValue" else value
-    return out
+def attrs(item: dict) -> dict:
+    """The attributes of an OTLP-JSON span or resource, as a plain dict."""
+    return attributes(item.get("attributes", []))
 
 
 def test_sigterm_flushes_before_the_process_exits(tmp_path):
@@ -324,16 +322,8 @@ def test_a_forked_child_does_not_re_export_its_parents_spans(tmp_path):
     assert pids[100] != pids[0] and pids[0] == pids[-1]
     # metrics and logs too: the child's points and records carry the child's pid
     metric_pids = {}
-    for line in (tmp_path / "metrics.jsonl").read_text().splitlines():
-        for rm in json.loads(line)["resourceMetrics"]:
-            for sm in rm["scopeMetrics"]:
-                for m in sm["metrics"]:
-                    if m["name"] == "fork.test.count":
-                        for point in m["sum"]["dataPoints"]:
-                            who = attrs(point)["who"]
-                            metric_pids.setdefault(who, set()).add(
-                                attrs(rm["resource"])["process.pid"]
-                            )
+    for point in metric_points(tmp_path / "metrics.jsonl")["fork.test.count"]:
+        metric_pids.setdefault(point["attrs"]["who"], set()).add(point["resource"]["process.pid"])
     assert metric_pids == {"child": {pids[100]}, "parent": {pids[0]}}
     log_pids = {}
     for line in (tmp_path / "logs.jsonl").read_text().splitlines():

@@ -17,15 +17,14 @@ is skipped only where vLLM is not installed.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections import defaultdict
-from pathlib import Path
 
 import pytest
 
 from tests.otlp_receiver import OtlpReceiver
+from tests.traces import ROOT, clean_env, metric_points, read_spans
 
 try:
     import vllm  # noqa: F401  (only probed: the engine runs in subprocesses)
@@ -38,7 +37,6 @@ except ImportError:
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
-ROOT = Path(__file__).resolve().parents[2]
 STEPS = 3
 # float32 engine vs float32 torch on the same weights: only summation order differs.
 LOGPROB_TOLERANCE = 1e-4
@@ -49,55 +47,11 @@ GENAI = {
 }
 
 
-def _clean_env(**extra: str) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("NEMO_RL_OTEL_", "NEMO_LENS_", "OTEL_", "RAY_ADDRESS", "VLLM_"))
-    }
-    return {**env, **extra}
-
-
-def _value(v: dict):
-    ((kind, x),) = v.items()
-    return int(x) if kind == "intValue" else x
-
-
-def _attrs(items: list[dict]) -> dict:
-    return {a["key"]: _value(a["value"]) for a in items}
-
-
-def _read_spans(path: Path) -> list[dict]:
-    spans = []
-    for line in path.read_text().splitlines():
-        for rs in json.loads(line)["resourceSpans"]:
-            resource = _attrs(rs["resource"].get("attributes", []))
-            for ss in rs["scopeSpans"]:
-                for s in ss["spans"]:
-                    s["attrs"], s["resource"] = _attrs(s.get("attributes", [])), resource
-                    spans.append(s)
-    return spans
-
-
-def _metric_points(path: Path) -> dict[str, list[dict]]:
-    points = defaultdict(list)
-    for line in path.read_text().splitlines():
-        for rm in json.loads(line)["resourceMetrics"]:
-            for sm in rm["scopeMetrics"]:
-                for m in sm["metrics"]:
-                    kind = next(k for k in ("histogram", "sum", "gauge") if k in m)
-                    for point in m[kind]["dataPoints"]:
-                        points[m["name"]].append(
-                            {**point, "attrs": _attrs(point.get("attributes", []))}
-                        )
-    return points
-
-
 @pytest.fixture(scope="module")
 def probe(tmp_path_factory):
     out = tmp_path_factory.mktemp("vllm_probe")
     with OtlpReceiver() as rx:
-        env = _clean_env(
+        env = clean_env(
             OTEL_EXPORTER_OTLP_ENDPOINT=rx.http_endpoint,
             OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
         )
@@ -113,7 +67,7 @@ def probe(tmp_path_factory):
         result = json.loads(proc.stdout.strip().splitlines()[-1])
         rx.wait_until(lambda: any(s.name == "llm_request" for s in rx.spans()), timeout=10)
         result["received"] = rx.spans()
-    result["spans"] = _read_spans(out / "telemetry" / "traces.jsonl")
+    result["spans"] = read_spans(out / "telemetry" / "traces.jsonl")
     print(f"vLLM engine start {result['engine_start_s']:.1f} s")  # shown with -s
     return result
 
@@ -133,7 +87,7 @@ def folder_probe(tmp_path_factory):
     proc = subprocess.run(
         [sys.executable, "tests/functional/vllm_engine_probe.py", "--folder", model],
         cwd=ROOT,
-        env=_clean_env(),
+        env=clean_env(),
         capture_output=True,
         text=True,
         timeout=280,
@@ -198,7 +152,7 @@ def test_native_engine_spans_arrive_over_http_in_the_step_trace(probe):
 def grpo(tmp_path_factory):
     log_dir = tmp_path_factory.mktemp("grpo_vllm")
     with OtlpReceiver() as rx:
-        env = _clean_env(OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=rx.grpc_endpoint)
+        env = clean_env(OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=rx.grpc_endpoint)
         cmd = [
             sys.executable,
             "examples/run_grpo.py",
@@ -223,8 +177,8 @@ def grpo(tmp_path_factory):
     telemetry = log_dir / "telemetry"
     return (
         proc.stdout,
-        _read_spans(telemetry / "traces.jsonl"),
-        _metric_points(telemetry / "metrics.jsonl"),
+        read_spans(telemetry / "traces.jsonl"),
+        metric_points(telemetry / "metrics.jsonl"),
         received,
     )
 
