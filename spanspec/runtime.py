@@ -477,19 +477,12 @@ def annotate(span: Span, /, **attributes: Any) -> None:
     name = getattr(span, "name", None)
     gate = _gates.get(name) if type(name) is str else None
     if type(gate) is _Gate and _direct.get(type(span)):
-        # the common case, inlined (a declared span of the group's on, an SDK span): gate.clean()
-        # then _set_directly(), which sets nothing on an ended span, as on any that is not
-        # recording
+        # the common case (a declared span of a group that is on, an SDK span): _set_directly()
+        # sets nothing on an ended span, as on any that is not recording
         if attributes:
-            types = gate.types
-            for key, value in attributes.items():
-                if type(value) is not types.get(key):  # undeclared and None never match a type
-                    cleaned = gate._cleaned(attributes)
-                    if not _set_directly(span, cleaned, False):
-                        span.set_attributes(cleaned)
-                    return
-            if not _set_directly(span, attributes, True):
-                span.set_attributes(attributes)
+            cleaned = gate.clean(attributes)  # the caller's own dict back: all exact scalars
+            if not _set_directly(span, cleaned, cleaned is attributes):
+                span.set_attributes(cleaned)
         return
     if not span.is_recording():
         return

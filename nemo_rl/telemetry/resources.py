@@ -77,7 +77,6 @@ _UNOPENED = -2
 # resolved when a file is opened, so a forked child must open its own (os.register_at_fork).
 _clear_refs = _UNOPENED
 _statm = _UNOPENED
-_write = os.write
 
 
 def _forget_fds() -> None:
@@ -105,16 +104,11 @@ def reset_rss_high_water_mark() -> bool:
     if _clear_refs < 0:
         return False
     try:
-        _write(_clear_refs, b"5")
+        os.write(_clear_refs, b"5")
     except OSError:
-        _refused()
+        _clear_refs = -1  # refused once: refused for good
         return False
     return True
-
-
-def _refused() -> None:
-    global _clear_refs
-    _clear_refs = -1  # refused once: refused for good
 
 
 def rss_high_water_mark() -> int | None:
@@ -172,27 +166,19 @@ class SpanResources:
         self._span = span
 
     def __enter__(self) -> SpanResources:
-        # on every recording worker span: the common case (the reset works) first, inlined
         self._cuda = cuda = None if _no_cuda else _cuda()
         if cuda is not None:
             cuda.reset_peak_memory_stats()
-        fd = _clear_refs
-        if fd >= 0:
-            try:
-                _write(fd, b"5")
-            except OSError:
-                _refused()
-            else:
-                r = _getrusage(_SELF)
-                self._rss, self._cpu = r.ru_maxrss, r.ru_utime + r.ru_stime  # the mark is the RSS
-                return self
         if _getrusage is None:
             self._cpu = None
             return self
-        reset = reset_rss_high_water_mark()  # the process's first span, or the reset is refused
+        reset = reset_rss_high_water_mark()
         r = _getrusage(_SELF)
-        rss = None if reset else current_rss()
-        self._rss = r.ru_maxrss if reset else None if rss is None else rss // 1024  # kB
+        if reset:
+            self._rss = r.ru_maxrss  # right after the reset the mark is the RSS (kB)
+        else:
+            rss = current_rss()
+            self._rss = None if rss is None else rss // 1024
         self._cpu = r.ru_utime + r.ru_stime
         return self
 
@@ -235,12 +221,7 @@ def span_resources(span: Any) -> SpanResources | _NoResources:
     module docstring); :data:`NO_RESOURCES` when the span is not recording."""
     if span is INVALID_SPAN or not span.is_recording():  # INVALID_SPAN: a disabled site's span
         return NO_RESOURCES
-    resources = _new(SpanResources)  # SpanResources(span) without a Python __init__ call
-    resources._span = span
-    return resources
-
-
-_new = object.__new__
+    return SpanResources(span)
 
 
 # -- FLOPs ------------------------------------------------------------------------------------
