@@ -22,7 +22,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import INVALID_SPAN, Span, Status, StatusCode
 
-from spanspec import watchdog
+from spanspec import usage, watchdog
 from spanspec._coerce import BAD, FAST_TYPES, coerce, describe
 from spanspec._text import repair, shorten
 from spanspec.findings import Finding, SpecError
@@ -121,14 +121,21 @@ class _Gate:
         "constants",
         "entry",
         "live",
+        "measured",
         "name",
         "strict",
         "tracer",
         "types",
+        "usage_keys",
     )
 
     def __init__(
-        self, name: str, entry: SpanEntry | None, tracer: trace.Tracer, strict: bool
+        self,
+        name: str,
+        entry: SpanEntry | None,
+        tracer: trace.Tracer,
+        strict: bool,
+        measure: tuple[str | None, ...] = (),
     ) -> None:
         self.name = name
         self.entry = entry
@@ -141,7 +148,20 @@ class _Gate:
         )
         # A span with a max_duration is watched while open; any other pays nothing for it.
         self.bound = entry.max_duration_s if entry else None
-        self.live: type[_LiveSpan] = _LiveSpan if self.bound is None else _WatchedSpan
+        # What the runtime measures on it (usage.end()'s values: CPU, RSS peak, rise): (key,
+        # position, declared type) for each of the registry's usage conventions it declares.
+        # ``measure`` is those conventions' keys, in that order (empty: nothing measured).
+        self.measured = tuple(
+            (key, i, FAST_TYPES[self.attributes[key].type])
+            for i, key in enumerate(measure)
+            if key is not None and key in self.attributes
+        )
+        # The common case, all three declared of their natural types: set as measured.
+        kinds = tuple(kind for _, _, kind in self.measured)
+        self.usage_keys = (
+            tuple(key for key, _, _ in self.measured) if kinds == (float, int, int) else None
+        )
+        self.live: type[_LiveSpan] = _LIVE[self.bound is not None, bool(self.measured)]
         # The one exact Python type accepted without the slower general check, per key (None:
         # always the general check).
         self.types = {
@@ -392,6 +412,71 @@ class _WatchedSpan(_LiveSpan):
 
 
 _watch, _unwatch = watchdog.opened, watchdog.closed
+
+
+class _MeasuredSpan(_LiveSpan):
+    """An enabled span that declares the registry's usage conventions (``cpu_attribute``,
+    ``rss_peak_attribute``, ``rss_rise_attribute``): the process's CPU time and memory peak
+    within it are measured (:mod:`spanspec.usage`, by the OpenTelemetry span's identity, which
+    is unique while it is open) and set on it as it ends."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> Span:
+        span = _LiveSpan.__enter__(self)
+        _begin(id(span))
+        return span
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> bool:
+        _set_usage(self._gate, self._open[0])  # type: ignore[index]
+        return _LiveSpan.__exit__(self, exc_type, exc, tb)
+
+
+class _MeasuredWatchedSpan(_WatchedSpan):
+    """A measured span with a ``max_duration``: measured inside the watchdog's watch."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> Span:
+        span = _WatchedSpan.__enter__(self)
+        _begin(id(span))
+        return span
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> bool:
+        _set_usage(self._gate, self._open[0])  # type: ignore[index]
+        return _WatchedSpan.__exit__(self, exc_type, exc, tb)
+
+
+def _set_usage(gate: _Gate, span: Any) -> None:
+    """Ends the measuring of ``span`` and sets what it declares of the values on it."""
+    cpu, peak, rise = _end(id(span))
+    keys = gate.usage_keys
+    if keys is not None and rise is not None:  # all three, declared float, int, int
+        measured = {keys[0]: cpu, keys[1]: peak, keys[2]: rise}
+    else:
+        values = (cpu, peak, rise)
+        measured = {
+            key: v if type(v) is kind else kind(v)  # the registry checked they are numbers
+            for key, i, kind in gate.measured
+            if (v := values[i]) is not None
+        }
+    if not (_direct.get(type(span)) and _set_directly(span, measured, True)):
+        if span.is_recording():  # not: ended at shutdown (SIGTERM), or in another thread
+            _set_attributes(span, measured, True)
+
+
+_begin, _end = usage.begin, usage.end
+# The span class of a gate: (has a max_duration, measured) -> class.
+_LIVE: dict[tuple[bool, bool], type[_LiveSpan]] = {
+    (False, False): _LiveSpan,
+    (True, False): _WatchedSpan,
+    (False, True): _MeasuredSpan,
+    (True, True): _MeasuredWatchedSpan,
+}
 
 
 def _as_links(links: Sequence[Any]) -> list[trace.Link]:
@@ -717,8 +802,12 @@ def activate(
         ) from None
     provider = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
     tracer = provider.get_tracer("spanspec", schema_url=None)
+    c = spec.conventions
+    measure = (c.cpu_attribute, c.rss_peak_attribute, c.rss_rise_attribute)
+    if not usage.MEASURABLE:
+        measure = ()
     gates = {
-        name: _Gate(name, entry, tracer, strict) if entry.group in enabled else NOOP
+        name: _Gate(name, entry, tracer, strict, measure) if entry.group in enabled else NOOP
         for name, entry in spec.spans.items()
     }
     with _lock:

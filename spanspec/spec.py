@@ -180,11 +180,18 @@ class Conventions:
     report_attributes: tuple[str, ...] = ()
     """Resource attributes a report's header shows."""
     peak_attributes: tuple[str, ...] = ()
-    """Numeric span attributes holding a peak (memory high-water marks): readers show their
-    maximum per phase and lane."""
+    """Numeric span attributes holding a peak (memory high-water marks), the RSS ones first:
+    readers show their maximum per phase and lane."""
     cpu_attribute: str | None = None
-    """A numeric span attribute holding the CPU seconds the span's process spent inside it:
-    readers show CPU over wall time per phase and lane (below 1: waiting, or no core to run on)."""
+    """A numeric span attribute holding the CPU seconds the span's process spent inside it
+    (measured by the runtime where declared): readers show CPU over wall time per phase and lane
+    (below 1: waiting, or no core to run on)."""
+    rss_peak_attribute: str | None = None
+    """A numeric span attribute holding the process's resident-memory high-water mark within the
+    span, in bytes (measured by the runtime where declared; also in ``peak_attributes``)."""
+    rss_rise_attribute: str | None = None
+    """A numeric span attribute holding how far that mark rose above the span's starting
+    resident memory, in bytes (measured like it; also in ``peak_attributes``)."""
 
     @property
     def env_prefixes(self) -> tuple[str, ...]:

@@ -1,34 +1,16 @@
-"""What a worker span used: the CPU time and memory it took, and the model FLOPs it did.
+"""What a worker span used on a GPU, and the model FLOPs it did.
 
-**CPU and memory.** ``with spanspec.span(...) as span, span_resources(span):`` records, when the
-span is recording, its declared ``rl.cpu.*`` and ``rl.memory.*`` attributes at the end:
+**CPU and memory** need no call here: spanspec measures them on every span that declares the
+registry's usage conventions (``rl.cpu.seconds``, ``rl.memory.rss_peak_bytes``,
+``rl.memory.rss_rise_bytes``: see :mod:`spanspec.usage`).
 
-- ``rl.cpu.seconds``: the CPU seconds the whole process (all its threads: torch's intra-op
-  pool, the exporter's) spent inside the span, user plus system, from ``getrusage(RUSAGE_SELF)``
-  at its start and end. Process time, not the calling thread's: a torch worker's work runs on
-  its pool threads. Over the span's wall time it says how busy the process was: 1.0 is one
-  core kept busy, below 1 the process waited (I/O, a collective, a lock) or the machine did
-  not give it a core (a busy host, a stopped process); above 1 several threads ran at once.
-- ``rl.memory.rss_peak_bytes``: the process's resident-set high-water mark within the span. At the
-  span's start ``5`` is written to ``/proc/self/clear_refs`` (Linux resets the mark, ``VmHWM``, to
-  the current RSS); at its end the mark is read from the same ``getrusage`` call as the CPU time
-  (``ru_maxrss``: Linux takes it from that counter, the larger of it and the peak before
-  ``exec``). Where ``clear_refs`` is not writable (an old kernel, a locked-down container) the
-  value is the process's peak so far, still an upper bound; where there is no ``getrusage``
-  (not a Unix) no ``rl.cpu`` or ``rl.memory`` attribute is set.
-- ``rl.memory.rss_rise_bytes``: how far that mark rose above the RSS at the span's start: what
-  the span itself needed (a training micro-batch's saved activations, a forward's), apart from
-  what the process already held. Right after the reset the mark *is* the RSS, so the start's
-  ``getrusage`` gives it; without the reset it is read from ``/proc/self/statm``. Phases compare
-  by it, since freed memory the allocator keeps stays in every later span's absolute mark.
-- on CUDA (a process that has initialised it), ``rl.memory.cuda_peak_allocated_bytes`` and
-  ``rl.memory.cuda_peak_reserved_bytes``: ``torch.cuda.reset_peak_memory_stats()`` at the start,
-  ``max_memory_allocated()`` / ``max_memory_reserved()`` at the end. On a CPU they are absent.
-
-The cost on a recording span is one ``write`` and two ``getrusage`` calls, on file descriptors
-opened once per process (``bench/bench_spanspec.py`` measures it). A span that is not recording
-(its group is off) costs one identity test: the shared no-op :data:`NO_RESOURCES` is returned.
-Spans measured this way must not nest (the high-water mark is one per process).
+**CUDA memory.** ``with spanspec.span(...) as span, cuda_peaks(span):`` records, in a process that
+has initialised CUDA and when the span is recording, ``rl.memory.cuda_peak_allocated_bytes`` and
+``rl.memory.cuda_peak_reserved_bytes``: ``torch.cuda.reset_peak_memory_stats()`` at the start,
+``max_memory_allocated()`` / ``max_memory_reserved()`` at the end. Measuring never initialises
+CUDA; on a CPU (and for a span that is not recording) the shared no-op :data:`NO_PEAKS` is
+returned, after one cached check. Spans measured this way must not nest (the peaks are one per
+device).
 
 **FLOPs.** :func:`model_flops` is the usual dense-transformer count (Kaplan et al. 2020, with
 PaLM's attention term, Chowdhery et al. 2022, appendix B): per token, a forward pass costs
@@ -43,7 +25,6 @@ GPU name); on a CPU without a configured peak it is unknown, not guessed.
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any
 
@@ -53,93 +34,13 @@ import spanspec
 
 __all__ = [
     "KNOWN_PEAK_FLOPS",
-    "NO_RESOURCES",
-    "SpanResources",
-    "current_rss",
+    "NO_PEAKS",
+    "CudaPeaks",
+    "cuda_peaks",
     "flops_shape",
     "model_flops",
     "peak_flops",
-    "process_cpu_seconds",
-    "reset_rss_high_water_mark",
-    "rss_high_water_mark",
-    "span_resources",
 ]
-
-try:
-    from resource import RUSAGE_SELF as _SELF
-    from resource import getrusage as _getrusage
-except ImportError:  # not a Unix
-    _getrusage, _SELF = None, 0
-
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-_UNOPENED = -2
-# The /proc files, opened on first use and kept open (-1: not available). /proc/self is
-# resolved when a file is opened, so a forked child must open its own (os.register_at_fork).
-_clear_refs = _UNOPENED
-_statm = _UNOPENED
-
-
-def _forget_fds() -> None:
-    global _clear_refs, _statm
-    _clear_refs = _statm = _UNOPENED
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_fds)
-
-
-def _open(path: str, flags: int) -> int:
-    try:
-        return os.open(path, flags | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
-        return -1
-
-
-def reset_rss_high_water_mark() -> bool:
-    """Resets ``VmHWM`` to the current RSS; returns False where ``/proc/self/clear_refs`` is not
-    writable (the mark then keeps the process's peak so far)."""
-    global _clear_refs
-    if _clear_refs == _UNOPENED:
-        _clear_refs = _open("/proc/self/clear_refs", os.O_WRONLY)
-    if _clear_refs < 0:
-        return False
-    try:
-        os.write(_clear_refs, b"5")
-    except OSError:
-        _clear_refs = -1  # refused once: refused for good
-        return False
-    return True
-
-
-def rss_high_water_mark() -> int | None:
-    """Returns this process's resident-set high-water mark in bytes (``ru_maxrss``, kilobytes on
-    Linux), or None where ``getrusage`` is missing."""
-    if _getrusage is None:
-        return None
-    return _getrusage(_SELF).ru_maxrss * 1024
-
-
-def process_cpu_seconds() -> float | None:
-    """Returns the CPU seconds (user + system) this process's threads have used so far, or None
-    where ``getrusage`` is missing."""
-    if _getrusage is None:
-        return None
-    r = _getrusage(_SELF)
-    return r.ru_utime + r.ru_stime
-
-
-def current_rss() -> int | None:
-    """Returns this process's resident set now, in bytes (None without ``/proc/self/statm``)."""
-    global _statm
-    if _statm == _UNOPENED:
-        _statm = _open("/proc/self/statm", os.O_RDONLY)
-    if _statm < 0:
-        return None
-    try:
-        return int(os.pread(_statm, 128, 0).split()[1]) * _PAGE
-    except (OSError, IndexError, ValueError):
-        return None
-
 
 _no_cuda = False  # torch is loaded and sees no CUDA device: it never will in this process
 
@@ -156,72 +57,54 @@ def _cuda() -> Any:
     return torch.cuda if torch.cuda.is_initialized() else None
 
 
-class SpanResources:
-    """Resets the high-water marks and reads the CPU clock on entry; annotates the span with the
-    CPU seconds and peaks on exit."""
+class CudaPeaks:
+    """Resets the device's peak-memory counters on entry; annotates the span with the peaks
+    allocated and reserved on exit."""
 
-    __slots__ = ("_cpu", "_cuda", "_rss", "_span")
+    __slots__ = ("_cuda", "_span")
 
-    def __init__(self, span: Any) -> None:
-        self._span = span
+    def __init__(self, span: Any, cuda: Any) -> None:
+        self._span, self._cuda = span, cuda
 
-    def __enter__(self) -> SpanResources:
-        self._cuda = cuda = None if _no_cuda else _cuda()
-        if cuda is not None:
-            cuda.reset_peak_memory_stats()
-        if _getrusage is None:
-            self._cpu = None
-            return self
-        reset = reset_rss_high_water_mark()
-        r = _getrusage(_SELF)
-        if reset:
-            self._rss = r.ru_maxrss  # right after the reset the mark is the RSS (kB)
-        else:
-            rss = current_rss()
-            self._rss = None if rss is None else rss // 1024
-        self._cpu = r.ru_utime + r.ru_stime
+    def __enter__(self) -> CudaPeaks:
+        self._cuda.reset_peak_memory_stats()
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if self._cpu is None:  # no getrusage
-            attrs: dict[str, int | float] = {}
-        else:
-            r = _getrusage(_SELF)
-            peak, start, cpu = r.ru_maxrss, self._rss, r.ru_utime + r.ru_stime - self._cpu
-            attrs = {
-                "rl.cpu.seconds": cpu if cpu > 0.0 else 0.0,
-                "rl.memory.rss_peak_bytes": peak * 1024,
-            }
-            if start is not None:
-                attrs["rl.memory.rss_rise_bytes"] = (peak - start) * 1024 if peak > start else 0
         cuda = self._cuda
-        if cuda is not None:
-            attrs["rl.memory.cuda_peak_allocated_bytes"] = int(cuda.max_memory_allocated())
-            attrs["rl.memory.cuda_peak_reserved_bytes"] = int(cuda.max_memory_reserved())
-        if attrs:
-            spanspec.annotate(self._span, **attrs)
+        spanspec.annotate(
+            self._span,
+            **{
+                "rl.memory.cuda_peak_allocated_bytes": int(cuda.max_memory_allocated()),
+                "rl.memory.cuda_peak_reserved_bytes": int(cuda.max_memory_reserved()),
+            },
+        )
 
 
-class _NoResources:
+class _NoPeaks:
     __slots__ = ()
 
-    def __enter__(self) -> _NoResources:
+    def __enter__(self) -> _NoPeaks:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         return None
 
 
-NO_RESOURCES = _NoResources()
-"""What :func:`span_resources` returns for a span that is not recording: does nothing."""
+NO_PEAKS = _NoPeaks()
+"""What :func:`cuda_peaks` returns without CUDA or for a span that is not recording: does
+nothing."""
 
 
-def span_resources(span: Any) -> SpanResources | _NoResources:
-    """Returns a context manager that records the CPU time and memory peaks of ``span`` (see the
-    module docstring); :data:`NO_RESOURCES` when the span is not recording."""
-    if span is INVALID_SPAN or not span.is_recording():  # INVALID_SPAN: a disabled site's span
-        return NO_RESOURCES
-    return SpanResources(span)
+def cuda_peaks(span: Any) -> CudaPeaks | _NoPeaks:
+    """Returns a context manager that records the CUDA memory peaks of ``span`` (see the module
+    docstring); :data:`NO_PEAKS` without CUDA or when the span is not recording."""
+    if _no_cuda:  # a CPU process, once seen: the common case here, first
+        return NO_PEAKS
+    cuda = _cuda()
+    if cuda is None or span is INVALID_SPAN or not span.is_recording():
+        return NO_PEAKS  # INVALID_SPAN: a disabled site's span
+    return CudaPeaks(span, cuda)
 
 
 # -- FLOPs ------------------------------------------------------------------------------------

@@ -106,14 +106,24 @@ def _conventions(c: Conventions) -> list[str]:
         [
             _code("cpu_attribute"),
             one(c.cpu_attribute),
-            "CPU seconds: CPU / wall per phase and lane",
+            "CPU seconds, measured on each span declaring it: CPU / wall per phase and lane",
+        ],
+        [
+            _code("rss_peak_attribute"),
+            one(c.rss_peak_attribute),
+            "resident-memory high-water mark, measured on each span declaring it",
+        ],
+        [
+            _code("rss_rise_attribute"),
+            one(c.rss_rise_attribute),
+            "that mark's rise over the span's start, measured likewise",
         ],
     ]
     return [
         "## Conventions",
         "",
-        "What the program calls things, read by spanspec's settings, group override and trace "
-        "readers (`view`, `live-check`, `report`).",
+        "What the program calls things, read by spanspec's settings, group override, runtime "
+        "(the measured attributes) and trace readers (`view`, `live-check`, `report`).",
         "",
         *_table(["key", "value", "meaning"], rows),
     ]

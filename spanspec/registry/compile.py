@@ -459,16 +459,41 @@ def _conventions(
         _declared(
             decl.run_attribute, "run_attribute", attributes, report, (*where, "run_attribute")
         )
-    cpu = decl.cpu_attribute
-    if cpu is not None and _declared(
-        cpu, "cpu_attribute", attributes, report, (*where, "cpu_attribute")
-    ):
-        if attributes[cpu].type not in ("int", "float"):
+    # What the runtime measures and sets on every span that declares it: a plain number.
+    measured = {
+        "cpu_attribute": (decl.cpu_attribute, "CPU seconds", "float"),
+        "rss_peak_attribute": (decl.rss_peak_attribute, "a memory peak in bytes", "int"),
+        "rss_rise_attribute": (decl.rss_rise_attribute, "a memory rise in bytes", "int"),
+    }
+    seen_measured: dict[str, str] = {}
+    for field, (key, what, suggested) in measured.items():
+        loc = (*where, field)
+        if key is None or not _declared(key, field, attributes, report, loc):
+            continue
+        a = attributes[key]
+        if key in seen_measured:
             report(
-                "conventions.cpu_attribute_type",
-                f"conventions.cpu_attribute: '{cpu}' is declared {attributes[cpu].type}; CPU "
-                "seconds need a number: declare it 'type: float'",
-                (*where, "cpu_attribute"),
+                "conventions.duplicate",
+                f"conventions.{field}: '{key}' is also conventions.{seen_measured[key]}; each "
+                "measured value needs its own attribute",
+                loc,
+            )
+        seen_measured[key] = field
+        if a.type not in ("int", "float"):
+            report(
+                f"conventions.{field}_type",
+                f"conventions.{field}: '{key}' is declared {a.type}; it holds {what}, a "
+                f"number: declare it 'type: {suggested}'",
+                loc,
+            )
+        elif a.sensitive or a.allowed is not None:
+            report(
+                "conventions.measured_attribute",
+                f"conventions.{field}: '{key}' is declared "
+                f"{'sensitive' if a.sensitive else 'with allowed values'}; the runtime sets "
+                f"{what} on every span that declares it: remove "
+                f"'{'sensitive' if a.sensitive else 'allowed'}' from its declaration",
+                loc,
             )
     for key in ("lane_attributes", "report_attributes", "peak_attributes"):
         seen: set[str] = set()
@@ -504,8 +529,16 @@ def _conventions(
         lane_attributes=tuple(decl.lane_attributes),
         main_lane=decl.main_lane,
         report_attributes=tuple(decl.report_attributes),
-        peak_attributes=tuple(decl.peak_attributes),
+        peak_attributes=tuple(
+            dict.fromkeys(
+                k
+                for k in (decl.rss_peak_attribute, decl.rss_rise_attribute, *decl.peak_attributes)
+                if k is not None
+            )
+        ),
         cpu_attribute=decl.cpu_attribute,
+        rss_peak_attribute=decl.rss_peak_attribute,
+        rss_rise_attribute=decl.rss_rise_attribute,
     )
 
 

@@ -233,13 +233,26 @@ class ConventionsDecl(_Strict):
     peak_attributes: list[AttributeKey] = Field(
         default_factory=list,
         description="Declared numeric span attributes that hold a peak (e.g. memory high-water "
-        "marks): the breakdown and the report show their maximum per phase and lane.",
+        "marks): the breakdown and the report show their maximum per phase and lane, after "
+        "rss_peak_attribute and rss_rise_attribute.",
     )
     cpu_attribute: AttributeKey | None = Field(
         default=None,
         description="A declared numeric span attribute holding the CPU seconds the span's process "
-        "spent inside it: the breakdown and the report show CPU / wall per phase and lane, so "
-        "time lost to a busy machine shows.",
+        "spent inside it, measured by the runtime on every span that declares it: the breakdown "
+        "and the report show CPU / wall per phase and lane, so time lost to a busy machine shows.",
+    )
+    rss_peak_attribute: AttributeKey | None = Field(
+        default=None,
+        description="A declared numeric span attribute holding the process's resident-memory "
+        "high-water mark within the span (bytes), measured by the runtime on every span that "
+        "declares it; readers show it with the peak_attributes.",
+    )
+    rss_rise_attribute: AttributeKey | None = Field(
+        default=None,
+        description="A declared numeric span attribute holding how far that mark rose above the "
+        "resident memory at the span's start (bytes): what the span itself needed. Measured "
+        "like rss_peak_attribute; readers show it with the peak_attributes.",
     )
 
 

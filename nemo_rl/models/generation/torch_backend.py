@@ -22,7 +22,7 @@ from nemo_rl.models.generation.interface import (
 from nemo_rl.models.pretrained import model_label
 from nemo_rl.telemetry import record_token_usage
 from nemo_rl.telemetry.genai import provider_attributes
-from nemo_rl.telemetry.resources import span_resources
+from nemo_rl.telemetry.resources import cuda_peaks
 from spanspec.export import TelemetryCost
 
 __all__ = ["TorchGeneration"]
@@ -85,7 +85,7 @@ class TorchGeneration(GenerationInterface):
                     "rl.worker.rank": self.rank,
                 },
             ) as span,
-            span_resources(span),
+            cuda_peaks(span),
         ):
             out = self._sample(input_ids, attention_mask, greedy, seed, temperature)
             n_out = int(out["response_mask"].sum())
@@ -154,7 +154,7 @@ class TorchGeneration(GenerationInterface):
                 "rl.worker.update_weights",
                 **{"rl.weight_sync.num_bytes": size, "rl.worker.rank": self.rank},
             ) as span,
-            span_resources(span),
+            cuda_peaks(span),
         ):
             self.model.load_state_dict(state_dict)
         return size

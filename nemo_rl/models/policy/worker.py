@@ -57,7 +57,7 @@ from nemo_rl.models.pretrained import (
     model_label,
     save_folder,
 )
-from nemo_rl.telemetry.resources import flops_shape, model_flops, span_resources
+from nemo_rl.telemetry.resources import cuda_peaks, flops_shape, model_flops
 from spanspec.export import TelemetryCost
 
 __all__ = ["LossFunction", "PolicyConfig", "PolicyWorker", "TrainStats", "read_policy_checkpoint"]
@@ -334,7 +334,7 @@ class PolicyWorker:
                             "rl.worker.rank": self.rank,
                         },
                     ) as span,
-                    span_resources(span),
+                    cuda_peaks(span),
                 ):
                     start = time.perf_counter()
                     loss, loss_stats = loss_fn(self.model, mb)
@@ -352,7 +352,7 @@ class PolicyWorker:
             stats.wait_s += self._average_gradients(mini_count)
             with (
                 spanspec.span("rl.worker.optimizer_step", **{"rl.worker.rank": self.rank}) as span,
-                span_resources(span),
+                cuda_peaks(span),
             ):
                 grad_norm = torch.nn.utils.clip_grad_norm_(
                     self.model.parameters(), self.cfg.max_grad_norm
@@ -389,7 +389,7 @@ class PolicyWorker:
                         "rl.collective.num_bytes": flat.numel() * flat.element_size(),
                     },
                 ) as span,
-                span_resources(span),
+                cuda_peaks(span),
             ):
                 start = time.perf_counter()
                 dist.all_reduce(flat)
@@ -458,7 +458,7 @@ class PolicyWorker:
                     "rl.worker.rank": self.rank,
                 },
             ) as span,
-            span_resources(span),
+            cuda_peaks(span),
         ):
             start = time.perf_counter()
             step, on = self.cfg.logprob_batch_size, self.device

@@ -206,6 +206,42 @@ def test_conventions_compile_into_the_spec(tmp_path):
     assert not c.is_step_span("rl.step") and not c.is_step_span("rl.grpo.x.step")
 
 
+def test_the_measured_attributes_come_first_among_the_peaks(tmp_path):
+    c = load(
+        tmp_path,
+        "  rl.rss: {type: int, brief: Peak.}\n  rl.rise: {type: int, brief: Rise.}\n"
+        "  rl.cpu: {type: float, brief: CPU.}\n"
+        "conventions:\n  cpu_attribute: rl.cpu\n  rss_peak_attribute: rl.rss\n"
+        "  rss_rise_attribute: rl.rise\n  peak_attributes: [rl.iteration, rl.rss]\n"
+        + CONVENTIONS_SPANS,
+    ).conventions
+    assert (c.cpu_attribute, c.rss_peak_attribute, c.rss_rise_attribute) == (
+        "rl.cpu",
+        "rl.rss",
+        "rl.rise",
+    )
+    assert c.peak_attributes == ("rl.rss", "rl.rise", "rl.iteration")
+
+
+@pytest.mark.parametrize(
+    ("declaration", "word"),
+    [("sensitive: true", "sensitive"), ("allowed: [1, 2]", "with allowed values")],
+)
+def test_a_measured_attribute_cannot_be_sensitive_or_bounded(tmp_path, declaration, word):
+    found = problems(
+        tmp_path,
+        f"  rl.rss: {{type: int, brief: Peak., {declaration}}}\n"
+        "conventions:\n  rss_peak_attribute: rl.rss\n" + CONVENTIONS_SPANS,
+    )
+    hits = [f for f in found if f.id == "conventions.measured_attribute"]
+    assert len(hits) == 1, found
+    assert (hits[0].line, hits[0].col) == (12, 23)
+    assert hits[0].message.startswith(
+        f"conventions.rss_peak_attribute: 'rl.rss' is declared {word}; the runtime sets a "
+        "memory peak in bytes on every span that declares it: remove"
+    )
+
+
 def test_without_conventions_the_defaults_are_neutral(tmp_path):
     c = load(tmp_path, CONVENTIONS_SPANS).conventions
     assert c == spanspec.spec.Conventions()
@@ -282,8 +318,28 @@ def test_the_shipped_registry_names_nemo_rls_conventions():
             "cpu_attribute: rl.algorithm",
             (11, 18),
             "conventions.cpu_attribute_type",
-            "conventions.cpu_attribute: 'rl.algorithm' is declared string; CPU seconds need a "
-            "number",
+            "conventions.cpu_attribute: 'rl.algorithm' is declared string; it holds CPU "
+            "seconds, a number: declare it 'type: float'",
+        ),
+        (
+            "rss_peak_attribute: rl.tags",
+            (11, 23),
+            "conventions.rss_peak_attribute_type",
+            "conventions.rss_peak_attribute: 'rl.tags' is declared string[]; it holds a memory "
+            "peak in bytes, a number: declare it 'type: int'",
+        ),
+        (
+            "rss_rise_attribute: rl.rise",
+            (11, 23),
+            "conventions.unknown_attribute",
+            "conventions.rss_rise_attribute: attribute 'rl.rise' is not declared",
+        ),
+        (
+            "cpu_attribute: rl.iteration\n  rss_peak_attribute: rl.iteration",
+            (12, 23),
+            "conventions.duplicate",
+            "conventions.rss_peak_attribute: 'rl.iteration' is also conventions.cpu_attribute; "
+            "each measured value needs its own attribute",
         ),
         (
             "cpu_attribute: rl.cpu",

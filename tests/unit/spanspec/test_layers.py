@@ -41,6 +41,7 @@ LAYERS: list[tuple[str, tuple[str, ...], bool]] = [
             "spanspec._coerce",
             "spanspec.sdk_env",
             "spanspec.skew",
+            "spanspec.usage",
         ),
         False,
     ),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import re
 import threading
@@ -478,6 +479,12 @@ def test_a_spans_constants_are_set_at_its_start_over_the_callers(tmp_path):
     assert [dict(s.attributes) for s in spans.named("app.call")] == [{"kind": "LLM"}] * 2
 
 
+def unmeasured(spec: spanspec.Spec) -> spanspec.Spec:
+    """``spec`` without its usage conventions: the runtime measures nothing (its worker spans
+    would get rl.cpu.seconds and rl.memory.* set as they end)."""
+    return dataclasses.replace(spec, conventions=spanspec.spec.Conventions())
+
+
 def _annotated(spec, limits, name: str, start: dict, late: list[dict]) -> tuple[dict, int]:
     """(attributes, dropped) of a span ``name`` annotated with each of ``late`` in turn, under
     the SDK's ``limits``: through spanspec, or (``spec`` a dict: the registry's constants)
@@ -511,6 +518,7 @@ def _annotated(spec, limits, name: str, start: dict, late: list[dict]) -> tuple[
 def test_late_attributes_keep_the_sdks_limits_and_count_what_they_drop(spec, limits):
     # annotate() stores checked values straight into an SDK span once it has seen the SDK store
     # them as given; these limits must still truncate and drop (and count) as the SDK does.
+    spec = unmeasured(spec)
     micro = "rl.worker.train_microbatch"
     work = {"rl.num_tokens": 64, "rl.flops": 6_000_000, "rl.tokens_per_second": 10.5}
     late = [work, {"rl.cpu.seconds": 0.25, "rl.num_tokens": 65}]  # a key set again: the last
@@ -528,7 +536,7 @@ def test_late_attributes_keep_the_sdks_limits_and_count_what_they_drop(spec, lim
 
 def test_annotate_on_an_ended_span_sets_nothing_and_says_nothing(spec, caplog):
     caplog.set_level(logging.WARNING)
-    with capture(spec, groups="all") as spans:
+    with capture(unmeasured(spec), groups="all") as spans:
         for _ in range(2):  # the second time, on the direct path
             with spanspec.span("rl.worker.train_microbatch", **{"rl.micro_batch": 0}) as s:
                 spanspec.annotate(s, **{"rl.num_tokens": 1})
