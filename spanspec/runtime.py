@@ -453,7 +453,7 @@ class _MeasuredWatchedSpan(_WatchedSpan):
 
 def _set_usage(gate: _Gate, span: Any) -> None:
     """Ends the measuring of ``span`` and sets what it declares of the values on it."""
-    cpu, peak, rise = _end(id(span))
+    cpu, peak, rise, extra = _end(id(span))
     keys = gate.usage_keys
     if keys is not None and rise is not None:  # all three, declared float, int, int
         measured = {keys[0]: cpu, keys[1]: peak, keys[2]: rise}
@@ -464,9 +464,14 @@ def _set_usage(gate: _Gate, span: Any) -> None:
             for key, i, kind in gate.measured
             if (v := values[i]) is not None
         }
-    if not (_direct.get(type(span)) and _set_directly(span, measured, True)):
+    scalars = True
+    if extra:  # the program's meters (usage.add_meter): what the span declares, checked
+        types = gate.types
+        measured.update(gate.clean({k: v for k, v in extra.items() if k in types}))
+        scalars = False
+    if not (_direct.get(type(span)) and _set_directly(span, measured, scalars)):
         if span.is_recording():  # not: ended at shutdown (SIGTERM), or in another thread
-            _set_attributes(span, measured, True)
+            _set_attributes(span, measured, scalars)
 
 
 _begin, _end = usage.begin, usage.end

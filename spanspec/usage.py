@@ -27,18 +27,29 @@ The cost is one ``write`` and two ``getrusage`` calls per span, on a file descri
 per process (``bench/bench_spanspec.py`` measures it). Where there is no ``getrusage`` (not a
 Unix) nothing is measured and no such attribute is set. Standard library only: the runtime's
 hot path imports this.
+
+What the standard library cannot see (a GPU's memory) a program adds as a *meter*
+(:func:`add_meter`): its ``begin()`` runs as every measured span of the process starts, its
+``end()`` as it ends, and the attributes ``end()`` returns are set on the span where it declares
+them. A process that adds none pays one truthiness test per span for the feature.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 __all__ = [
     "MEASURABLE",
+    "Meter",
+    "add_meter",
     "begin",
     "current_rss",
     "end",
     "process_cpu_seconds",
+    "remove_meter",
     "reset_rss_high_water_mark",
     "rss_high_water_mark",
 ]
@@ -59,9 +70,48 @@ _UNOPENED = -2
 _clear_refs = _UNOPENED
 _statm = _UNOPENED
 # The measurings open in this process: key -> [CPU seconds at start, RSS at start in kB (None:
-# unknown), the mark kept for it in kB].
+# unknown), the mark kept for it in kB, ((meter, what its begin() returned), ...) or None].
 # Inserts and deletes of whole entries are atomic; a reader iterates a copy.
 _open: dict[int, list] = {}
+
+
+_log = logging.getLogger("spanspec")
+
+
+class Meter(Protocol):
+    """What a program measures on every measured span besides CPU time and RSS."""
+
+    def begin(self) -> Any:
+        """Called as a measured span starts; what it returns goes to :meth:`end`."""
+
+    def end(self, began: Any) -> Mapping[str, Any]:
+        """Called as that span ends; returns attributes for it (those it does not declare are
+        dropped quietly, the rest checked as ``spanspec.annotate`` checks them)."""
+
+
+_meters: tuple[Meter, ...] = ()
+_failed: set[int] = set()  # ids of meters that raised (logged once each)
+
+
+def add_meter(meter: Meter) -> None:
+    """Measures ``meter`` on every measured span of this process from now on (once, however
+    often it is added). A meter that raises is skipped for that span, logged once."""
+    global _meters
+    if meter not in _meters:
+        _meters = (*_meters, meter)
+
+
+def remove_meter(meter: Meter) -> None:
+    """Stops measuring ``meter`` (spans open now still get its :meth:`Meter.end`)."""
+    global _meters
+    _meters = tuple(m for m in _meters if m is not meter)
+    _failed.discard(id(meter))
+
+
+def _meter_failed(meter: Meter, exc: Exception) -> None:
+    if id(meter) not in _failed:
+        _failed.add(id(meter))
+        _log.warning("usage meter %r raised %r; skipped (training goes on)", meter, exc)
 
 
 def _after_fork() -> None:
@@ -146,15 +196,32 @@ def begin(key: int) -> None:
     else:
         now = current_rss()
         rss = None if now is None else now // 1024
-    _open[key] = [r.ru_utime + r.ru_stime, rss, 0]
+    began = None
+    if _meters:
+        began = []
+        for meter in _meters:
+            try:
+                began.append((meter, meter.begin()))
+            except Exception as exc:  # a program's meter never stops its span
+                _meter_failed(meter, exc)
+    _open[key] = [r.ru_utime + r.ru_stime, rss, 0, began]
 
 
-def end(key: int) -> tuple[float, int, int | None]:
+def end(key: int) -> tuple[float, int, int | None, dict[str, Any] | None]:
     """Ends the measuring :func:`begin` started under ``key``: ``(CPU seconds, RSS peak in
-    bytes, its rise over the start in bytes or None when the start's RSS is unknown)``."""
+    bytes, its rise over the start in bytes or None when the start's RSS is unknown, the
+    meters' attributes or None without meters)``."""
     r = _getrusage(_SELF)
-    cpu, start, kept = _open.pop(key)
+    cpu, start, kept, began = _open.pop(key)
     peak = r.ru_maxrss if r.ru_maxrss > kept else kept
     cpu = r.ru_utime + r.ru_stime - cpu
     rise = None if start is None else ((peak - start) * 1024 if peak > start else 0)
-    return (cpu if cpu > 0.0 else 0.0), peak * 1024, rise
+    extra = None
+    if began is not None:
+        extra = {}
+        for meter, value in began:
+            try:
+                extra.update(meter.end(value))
+            except Exception as exc:
+                _meter_failed(meter, exc)
+    return (cpu if cpu > 0.0 else 0.0), peak * 1024, rise, extra

@@ -12,6 +12,7 @@ import torch.distributed as dist
 from nemo_rl.distributed.ray_cluster import in_ray_actor
 from nemo_rl.distributed.worker_group import RankInfo
 from nemo_rl.telemetry import init_telemetry_worker, shutdown_telemetry
+from nemo_rl.telemetry.resources import measure_cuda_peaks
 from spanspec.export import TelemetryCost
 
 __all__ = ["COLLECTIVE_TIMEOUT_S", "close_worker", "init_worker", "join_process_group"]
@@ -26,9 +27,9 @@ def init_worker(info: RankInfo) -> None:
 
     Inside a Ray actor it limits torch to the threads Ray gave it and starts the worker's
     telemetry from the env the driver wrote (the export strategy decides whether this rank
-    exports); the rank, world size, local rank, node and group go on its resource. Outside an
-    actor (a class used in-process by a test) it does nothing, so the caller's telemetry is left
-    alone.
+    exports); the rank, world size, local rank, node and group go on its resource; where torch
+    sees a GPU, every measured worker span records its CUDA memory peaks too. Outside an actor (a
+    class used in-process by a test) it does nothing, so the caller's telemetry is left alone.
     """
     if not in_ray_actor():
         return
@@ -40,6 +41,7 @@ def init_worker(info: RankInfo) -> None:
         local_rank=info.local_rank,
         node=info.node,
     )
+    measure_cuda_peaks()
 
 
 def join_process_group(info: RankInfo, address: str, port: int) -> None:

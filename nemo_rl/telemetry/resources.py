@@ -4,13 +4,15 @@
 registry's usage conventions (``rl.cpu.seconds``, ``rl.memory.rss_peak_bytes``,
 ``rl.memory.rss_rise_bytes``: see :mod:`spanspec.usage`).
 
-**CUDA memory.** ``with spanspec.span(...) as span, cuda_peaks(span):`` records, in a process that
-has initialised CUDA and when the span is recording, ``rl.memory.cuda_peak_allocated_bytes`` and
-``rl.memory.cuda_peak_reserved_bytes``: ``torch.cuda.reset_peak_memory_stats()`` at the start,
-``max_memory_allocated()`` / ``max_memory_reserved()`` at the end. Measuring never initialises
-CUDA; on a CPU (and for a span that is not recording) the shared no-op :data:`NO_PEAKS` is
-returned, after one cached check. Spans measured this way must not nest (the peaks are one per
-device).
+**CUDA memory.** In a process where torch sees a GPU, :func:`measure_cuda_peaks` adds
+:class:`CudaPeaks` to spanspec's meters, so every measured span records
+``rl.memory.cuda_peak_allocated_bytes`` and ``rl.memory.cuda_peak_reserved_bytes``:
+``torch.cuda.reset_peak_memory_stats()`` at the start, ``max_memory_allocated()`` /
+``max_memory_reserved()`` at the end (``nemo_rl.distributed.worker.init_worker`` calls it in
+every worker). Measuring never initialises CUDA: until the process has, a span gets no CUDA
+attribute. The peaks are one per device, so a span that resets them first keeps those reached
+for every other measured span still open, as spanspec does for the RSS. On a CPU nothing is
+added: no cost at all.
 
 **FLOPs.** :func:`model_flops` is the usual dense-transformer count (Kaplan et al. 2020, with
 PaLM's attention term, Chowdhery et al. 2022, appendix B): per token, a forward pass costs
@@ -25,86 +27,70 @@ GPU name); on a CPU without a configured peak it is unknown, not guessed.
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
-from opentelemetry.trace import INVALID_SPAN
-
-import spanspec
+from spanspec import usage
 
 __all__ = [
     "KNOWN_PEAK_FLOPS",
-    "NO_PEAKS",
     "CudaPeaks",
-    "cuda_peaks",
     "flops_shape",
+    "measure_cuda_peaks",
     "model_flops",
     "peak_flops",
 ]
 
-_no_cuda = False  # torch is loaded and sees no CUDA device: it never will in this process
-
-
-def _cuda() -> Any:
-    """``torch.cuda`` when this process has initialised CUDA, else None (never initialises it)."""
-    global _no_cuda
-    torch = None if _no_cuda else sys.modules.get("torch")
-    if torch is None:
-        return None
-    if not torch.cuda.is_available():
-        _no_cuda = True
-        return None
-    return torch.cuda if torch.cuda.is_initialized() else None
+ALLOCATED, RESERVED = "rl.memory.cuda_peak_allocated_bytes", "rl.memory.cuda_peak_reserved_bytes"
 
 
 class CudaPeaks:
-    """Resets the device's peak-memory counters on entry; annotates the span with the peaks
-    allocated and reserved on exit."""
+    """A spanspec usage meter (:class:`spanspec.usage.Meter`): the CUDA memory peaks of each
+    measured span, from ``cuda`` (``torch.cuda``)."""
 
-    __slots__ = ("_cuda", "_span")
+    def __init__(self, cuda: Any) -> None:
+        self._cuda = cuda
+        # the spans measuring now: id(record) -> record [allocated kept, reserved kept]
+        self._open: dict[int, list[int]] = {}
 
-    def __init__(self, span: Any, cuda: Any) -> None:
-        self._span, self._cuda = span, cuda
-
-    def __enter__(self) -> CudaPeaks:
-        self._cuda.reset_peak_memory_stats()
-        return self
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+    def begin(self) -> list[int] | None:
         cuda = self._cuda
-        spanspec.annotate(
-            self._span,
-            **{
-                "rl.memory.cuda_peak_allocated_bytes": int(cuda.max_memory_allocated()),
-                "rl.memory.cuda_peak_reserved_bytes": int(cuda.max_memory_reserved()),
-            },
-        )
+        if not cuda.is_initialized():  # no tensor on the GPU yet: left alone
+            return None
+        if self._open:  # another span is measuring: keep the peaks it reached before the reset
+            allocated, reserved = cuda.max_memory_allocated(), cuda.max_memory_reserved()
+            for record in list(self._open.values()):
+                record[0], record[1] = max(record[0], allocated), max(record[1], reserved)
+        cuda.reset_peak_memory_stats()
+        record = [0, 0]
+        self._open[id(record)] = record
+        return record
+
+    def end(self, record: list[int] | None) -> dict[str, int]:
+        if record is None:
+            return {}
+        self._open.pop(id(record), None)
+        cuda = self._cuda
+        return {
+            ALLOCATED: max(int(cuda.max_memory_allocated()), record[0]),
+            RESERVED: max(int(cuda.max_memory_reserved()), record[1]),
+        }
 
 
-class _NoPeaks:
-    __slots__ = ()
-
-    def __enter__(self) -> _NoPeaks:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        return None
+_cuda_peaks: CudaPeaks | None = None
 
 
-NO_PEAKS = _NoPeaks()
-"""What :func:`cuda_peaks` returns without CUDA or for a span that is not recording: does
-nothing."""
+def measure_cuda_peaks() -> bool:
+    """Adds :class:`CudaPeaks` to this process's usage meters where torch sees a GPU (once);
+    returns whether it did. Never initialises CUDA."""
+    global _cuda_peaks
+    import torch
 
-
-def cuda_peaks(span: Any) -> CudaPeaks | _NoPeaks:
-    """Returns a context manager that records the CUDA memory peaks of ``span`` (see the module
-    docstring); :data:`NO_PEAKS` without CUDA or when the span is not recording."""
-    if _no_cuda:  # a CPU process, once seen: the common case here, first
-        return NO_PEAKS
-    cuda = _cuda()
-    if cuda is None or span is INVALID_SPAN or not span.is_recording():
-        return NO_PEAKS  # INVALID_SPAN: a disabled site's span
-    return CudaPeaks(span, cuda)
+    if not torch.cuda.is_available():
+        return False
+    if _cuda_peaks is None:
+        _cuda_peaks = CudaPeaks(torch.cuda)
+    usage.add_meter(_cuda_peaks)
+    return True
 
 
 # -- FLOPs ------------------------------------------------------------------------------------

