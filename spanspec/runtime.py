@@ -453,7 +453,10 @@ class _MeasuredWatchedSpan(_WatchedSpan):
 
 def _set_usage(gate: _Gate, span: Any) -> None:
     """Ends the measuring of ``span`` and sets what it declares of the values on it."""
-    cpu, peak, rise, extra = _end(id(span))
+    ended = _end(id(span))
+    if ended is None:  # begun in the parent of this forked process: not this one's to measure
+        return
+    cpu, peak, rise, extra = ended
     keys = gate.usage_keys
     if keys is not None and rise is not None:  # all three, declared float, int, int
         measured = {keys[0]: cpu, keys[1]: peak, keys[2]: rise}

@@ -207,12 +207,16 @@ def begin(key: int) -> None:
     _open[key] = [r.ru_utime + r.ru_stime, rss, 0, began]
 
 
-def end(key: int) -> tuple[float, int, int | None, dict[str, Any] | None]:
+def end(key: int) -> tuple[float, int, int | None, dict[str, Any] | None] | None:
     """Ends the measuring :func:`begin` started under ``key``: ``(CPU seconds, RSS peak in
     bytes, its rise over the start in bytes or None when the start's RSS is unknown, the
-    meters' attributes or None without meters)``."""
+    meters' attributes or None without meters)``; None when this process did not begin it (a
+    span entered before a fork and ended in the child)."""
+    record = _open.pop(key, None)
+    if record is None:
+        return None
     r = _getrusage(_SELF)
-    cpu, start, kept, began = _open.pop(key)
+    cpu, start, kept, began = record
     peak = r.ru_maxrss if r.ru_maxrss > kept else kept
     cpu = r.ru_utime + r.ru_stime - cpu
     rise = None if start is None else ((peak - start) * 1024 if peak > start else 0)

@@ -296,3 +296,25 @@ def test_a_meter_that_raises_is_skipped_and_logged_once(spec, meter, caplog, fai
     assert all("app.id" not in s.attributes and s.attributes["app.rss"] > 0 for s in spans)
     warnings = [r.getMessage() for r in caplog.records if "usage meter" in r.getMessage()]
     assert len(warnings) == 1 and "RuntimeError('no device')" in warnings[0], warnings
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_span_entered_before_a_fork_ends_in_the_child_unmeasured(spec):
+    with capture(spec) as spans:
+        pid = -1
+        try:
+            with spanspec.span("app.work", **{"app.id": 1}):
+                pid = os.fork()
+                if pid == 0:  # the child measures its own span, then leaves the parent's block
+                    with spanspec.span("app.work", **{"app.id": 2}):
+                        pass
+            if pid == 0:
+                inner, outer = spans.named("app.work")[-2:]
+                ok = inner.attributes["app.rss"] > 0 and "app.rss" not in outer.attributes
+                os._exit(0 if ok else 5)
+        finally:
+            if pid == 0:  # whatever happened, the child never goes back to pytest
+                os._exit(4)
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert spans.one("app.work").attributes["app.rss"] > 0  # the parent's own, measured
