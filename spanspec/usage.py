@@ -73,8 +73,6 @@ _statm = _UNOPENED
 # unknown), the mark kept for it in kB, ((meter, what its begin() returned), ...) or None].
 # Inserts and deletes of whole entries are atomic; a reader iterates a copy.
 _open: dict[int, list] = {}
-
-
 _log = logging.getLogger("spanspec")
 
 
@@ -97,7 +95,7 @@ def add_meter(meter: Meter) -> None:
     """Measures ``meter`` on every measured span of this process from now on (once, however
     often it is added). A meter that raises is skipped for that span, logged once."""
     global _meters
-    if meter not in _meters:
+    if not any(m is meter for m in _meters):
         _meters = (*_meters, meter)
 
 
@@ -111,7 +109,9 @@ def remove_meter(meter: Meter) -> None:
 def _meter_failed(meter: Meter, exc: Exception) -> None:
     if id(meter) not in _failed:
         _failed.add(id(meter))
-        _log.warning("usage meter %r raised %r; skipped (training goes on)", meter, exc)
+        _log.warning(
+            "usage meter %r raised %r; skipped for that span (the span itself is kept)", meter, exc
+        )
 
 
 def _after_fork() -> None:
