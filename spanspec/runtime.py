@@ -414,41 +414,29 @@ class _WatchedSpan(_LiveSpan):
 _watch, _unwatch = watchdog.opened, watchdog.closed
 
 
-class _MeasuredSpan(_LiveSpan):
-    """An enabled span that declares the registry's usage conventions (``cpu_attribute``,
-    ``rss_peak_attribute``, ``rss_rise_attribute``): the process's CPU time and memory peak
-    within it are measured (:mod:`spanspec.usage`, by the OpenTelemetry span's identity, which
-    is unique while it is open) and set on it as it ends."""
+def _measured(base: type[_LiveSpan]) -> type[_LiveSpan]:
+    """``base`` (a plain or a watched span) for the spans that declare the registry's usage
+    conventions (``cpu_attribute``, ``rss_peak_attribute``, ``rss_rise_attribute``): the
+    process's CPU time and memory peak within it are measured (:mod:`spanspec.usage`, keyed by
+    the OpenTelemetry span's identity, unique while it is open) and set on it as it ends,
+    inside the watchdog's watch where there is one."""
 
-    __slots__ = ()
+    class Measured(base):  # type: ignore[valid-type,misc]
+        __slots__ = ()
 
-    def __enter__(self) -> Span:
-        span = _LiveSpan.__enter__(self)
-        _begin(id(span))
-        return span
+        def __enter__(self) -> Span:
+            span = base.__enter__(self)
+            _begin(id(span))
+            return span
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
-    ) -> bool:
-        _set_usage(self._gate, self._open[0])  # type: ignore[index]
-        return _LiveSpan.__exit__(self, exc_type, exc, tb)
+        def __exit__(
+            self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
+        ) -> bool:
+            _set_usage(self._gate, self._open[0])  # type: ignore[index]
+            return base.__exit__(self, exc_type, exc, tb)
 
-
-class _MeasuredWatchedSpan(_WatchedSpan):
-    """A measured span with a ``max_duration``: measured inside the watchdog's watch."""
-
-    __slots__ = ()
-
-    def __enter__(self) -> Span:
-        span = _WatchedSpan.__enter__(self)
-        _begin(id(span))
-        return span
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
-    ) -> bool:
-        _set_usage(self._gate, self._open[0])  # type: ignore[index]
-        return _WatchedSpan.__exit__(self, exc_type, exc, tb)
+    Measured.__name__ = Measured.__qualname__ = f"_Measured{base.__name__.lstrip('_')}"
+    return Measured
 
 
 def _set_usage(gate: _Gate, span: Any) -> None:
@@ -482,8 +470,8 @@ _begin, _end = usage.begin, usage.end
 _LIVE: dict[tuple[bool, bool], type[_LiveSpan]] = {
     (False, False): _LiveSpan,
     (True, False): _WatchedSpan,
-    (False, True): _MeasuredSpan,
-    (True, True): _MeasuredWatchedSpan,
+    (False, True): _measured(_LiveSpan),
+    (True, True): _measured(_WatchedSpan),
 }
 
 
