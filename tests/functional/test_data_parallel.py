@@ -135,19 +135,27 @@ def test_the_two_rank_run_is_clean_under_live_check(grpo):
     live_check(log_dir / "telemetry")
 
 
-def test_single_rank_exports_rank_zero_of_each_group(tmp_path):
+@pytest.fixture(scope="module")
+def single_rank(tmp_path_factory):
+    """Two GRPO steps with 2 policy and 2 generation ranks, rank 0 of each group exporting; its
+    step-2 checkpoint is also the teacher of the two-rank distillation run (no run of its own)."""
+    log_dir = tmp_path_factory.mktemp("grpo_single_rank")
     run_example(
         "run_grpo.py",
         *TWO_RANKS,
-        f"logger.log_dir={tmp_path}",
+        f"logger.log_dir={log_dir}",
         "grpo.max_steps=2",
         "grpo.num_prompts_per_step=8",
         "grpo.val_at_start=false",
-        "checkpointing.enabled=false",
+        "checkpointing.save_period=2",
         "telemetry.span_groups=per_step",
         "telemetry.export_strategy=single_rank",
     )
-    spans = read_spans(tmp_path / "telemetry" / "traces.jsonl")
+    return log_dir
+
+
+def test_single_rank_exports_rank_zero_of_each_group(single_rank):
+    spans = read_spans(single_rank / "telemetry" / "traces.jsonl")
     workers = {(s["resource"]["rl.worker.group"], s["resource"]["rl.worker.rank"]) for s in spans}
     assert workers == {("driver", 0), ("policy", 0), ("generation", 0)}
 
@@ -252,23 +260,12 @@ def test_every_loop_runs_with_two_ranks(script, tmp_path):
     live_check(tmp_path / "telemetry")
 
 
-def test_distillation_runs_with_two_ranks(tmp_path):
-    teacher = tmp_path / "teacher"
-    run_example(
-        "run_grpo.py",
-        f"logger.log_dir={teacher}",
-        "grpo.max_steps=1",
-        "grpo.num_prompts_per_step=4",
-        "grpo.val_at_start=false",
-        "checkpointing.save_period=1",
-        "logger.tqdm=false",
-        "telemetry.enabled=false",
-    )
+def test_distillation_runs_with_two_ranks(single_rank, tmp_path):
     run_example(
         "run_distillation.py",
         *TWO_RANKS,
         f"logger.log_dir={tmp_path / 'run'}",
-        f"teacher.checkpoint={teacher / 'checkpoints' / 'step_1'}",
+        f"teacher.checkpoint={single_rank / 'checkpoints' / 'step_2'}",
         "teacher.num_workers=2",
         "distillation.max_steps=3",
         "distillation.num_prompts_per_step=16",

@@ -8,9 +8,9 @@ import torch.nn.functional as F
 import spanspec
 from nemo_rl.distributed import RankInfo, carries_trace, close_worker, init_worker
 from nemo_rl.models.causal_lm import (
-    CACHE_KWARG,
     ModelConfig,
     build_model,
+    cache_kwarg,
     position_ids_from_mask,
 )
 from nemo_rl.models.generation.interface import (
@@ -108,6 +108,7 @@ class TorchGeneration(GenerationInterface):
         response_mask = torch.zeros(batch, prompt_len, dtype=torch.long, device=on)
         done = torch.zeros(batch, dtype=torch.bool, device=on)
         past = None
+        cache = cache_kwarg()
         for _ in range(self.cfg.max_new_tokens):
             # With a KV cache only the newest column is fed after the first step.
             feed = ids if past is None else ids[:, -1:]
@@ -117,9 +118,9 @@ class TorchGeneration(GenerationInterface):
                 attention_mask=mask,
                 position_ids=pos if past is None else pos[:, -1:],
                 use_cache=True,
-                **{CACHE_KWARG: past},
+                **{cache: past},
             )
-            past = getattr(out, CACHE_KWARG)
+            past = getattr(out, cache)
             logp = F.log_softmax(out.logits[:, -1].float() / temperature, dim=-1)
             if greedy:
                 token = logp.argmax(-1)
