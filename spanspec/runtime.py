@@ -432,7 +432,11 @@ def _measured(base: type[_LiveSpan]) -> type[_LiveSpan]:
         def __exit__(
             self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
         ) -> bool:
-            _set_usage(self._gate, self._open[0])  # type: ignore[index]
+            try:
+                _set_usage(self._gate, self._open[0])  # type: ignore[index]
+            except BaseException:  # strict mode's SpecError for a meter's value: still ended
+                base.__exit__(self, exc_type, exc, tb)
+                raise
             return base.__exit__(self, exc_type, exc, tb)
 
     Measured.__name__ = Measured.__qualname__ = f"_Measured{base.__name__.lstrip('_')}"

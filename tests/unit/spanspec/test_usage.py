@@ -318,3 +318,15 @@ def test_a_span_entered_before_a_fork_ends_in_the_child_unmeasured(spec):
         _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert spans.one("app.work").attributes["app.rss"] > 0  # the parent's own, measured
+
+
+def test_in_strict_mode_a_bad_meter_value_raises_and_the_span_still_ends(spec, meter):
+    from opentelemetry import trace
+
+    meter({"app.id": "seven"})
+    with capture(spec, strict=True) as spans:
+        with pytest.raises(spanspec.SpecError, match=r"app\.id"):
+            with spanspec.span("app.work"):
+                pass
+        assert trace.get_current_span() is trace.INVALID_SPAN  # the context was restored
+    assert spans.one("app.work").end_time is not None
