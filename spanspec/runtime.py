@@ -464,9 +464,7 @@ def _set_usage(gate: _Gate, span: Any) -> None:
         types = gate.types
         measured.update(gate.clean({k: v for k, v in extra.items() if k in types}))
         scalars = False
-    if not (_direct.get(type(span)) and _set_directly(span, measured, scalars)):
-        if span.is_recording():  # not: ended at shutdown (SIGTERM), or in another thread
-            _set_attributes(span, measured, scalars)
+    _set_attributes(span, measured, scalars)
 
 
 _begin, _end = usage.begin, usage.end
@@ -604,15 +602,18 @@ _SCALARS = frozenset((str, int, float, bool))
 
 def _set_attributes(span: Span, attributes: dict[str, Any], scalars: bool = False) -> None:
     """``span.set_attributes(attributes)`` of checked values (``scalars``: all of them ``str``,
-    ``int``, ``float`` or ``bool``)."""
+    ``int``, ``float`` or ``bool``); nothing on a span that no longer records (ended at
+    shutdown, or by another thread: the SDK's own call would warn)."""
     direct = _direct.get(type(span))
+    if direct and _set_directly(span, attributes, scalars):
+        return  # stored, or the span had ended: nothing to set
+    if not span.is_recording():
+        return
+    span.set_attributes(attributes)
     if direct is None:
-        span.set_attributes(attributes)
         learned = _stored_as_given(span, attributes)
         if learned is not None:
             _direct[type(span)] = learned
-    elif not (direct and _set_directly(span, attributes, scalars)):
-        span.set_attributes(attributes)
 
 
 def _stored_as_given(span: Any, attributes: dict[str, Any]) -> bool | None:
