@@ -309,6 +309,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 WORKER = "rl.worker.optimizer_step"  # group policy_update; declares rl.cpu.*, rl.memory.*
+MEMORY_OFF = "worker span off, + CPU time and memory peak"
 MEMORY_ON = "worker span on, + CPU time and memory peak"
 SDK_ATTRIBUTES = "  same 3 values set by annotate (no measuring)"
 SYSCALLS = "  usage.begin + usage.end alone"
@@ -373,49 +374,22 @@ def _rank_features(spec, provider, number: int, rounds: int) -> dict[str, tuple[
         usage.begin(0)
         usage.end(0)
 
-    # label -> (groups, block, its registry, bare block, its registry, blocks per round)
     cases = {
-        "worker span off, + CPU time and memory peak": (
-            "default",
-            memory,
-            spec,
-            bare,
-            unmeasured,
-            number,
-        ),
-        "worker span off, + FLOPs attributes": (
-            "default",
-            flops,
-            unmeasured,
-            flops_bare,
-            unmeasured,
-            number,
-        ),
-        MEMORY_ON: ("policy_update", memory, spec, bare, unmeasured, number // 10),
-        SDK_ATTRIBUTES: ("policy_update", annotated, unmeasured, bare, unmeasured, number // 10),
-        "worker span on, + FLOPs attributes": (
-            "policy_update",
-            flops,
-            unmeasured,
-            flops_bare,
-            unmeasured,
-            number // 10,
-        ),
-        SYSCALLS: ("default", syscalls, spec, nothing, spec, number),
-        "straggler watch, one rank (a call)": ("default", observe_one, spec, nothing, spec, number),
-        "straggler watch, two ranks (a call)": (
-            "default",
-            observe,
-            spec,
-            nothing,
-            spec,
-            number // 10,
-        ),
+        MEMORY_OFF: ("default", memory, bare, number),
+        "worker span off, + FLOPs attributes": ("default", flops, flops_bare, number),
+        MEMORY_ON: ("policy_update", memory, bare, number // 10),
+        SDK_ATTRIBUTES: ("policy_update", annotated, bare, number // 10),
+        "worker span on, + FLOPs attributes": ("policy_update", flops, flops_bare, number // 10),
+        SYSCALLS: ("default", syscalls, nothing, number),
+        "straggler watch, one rank (a call)": ("default", observe_one, nothing, number),
+        "straggler watch, two ranks (a call)": ("default", observe, nothing, number // 10),
     }
     best: dict[str, list[float]] = {label: [float("inf")] * 2 for label in cases}
     for _ in range(rounds):
-        for label, (groups, body, body_spec, base, base_spec, n) in cases.items():
-            for i, (block, registry) in enumerate(((body, body_spec), (base, base_spec))):
+        for label, (groups, body, base, n) in cases.items():
+            # every block runs unmeasured but the CPU time and memory rows' own
+            own = spec if label in (MEMORY_OFF, MEMORY_ON) else unmeasured
+            for i, (block, registry) in enumerate(((body, own), (base, unmeasured))):
                 spanspec.deactivate()
                 spanspec.activate(registry, groups=groups, tracer_provider=provider, env_var=None)
                 best[label][i] = min(best[label][i], _ns_per_block(block, n, 1))
