@@ -21,6 +21,7 @@ carrying spans below it. Their ratio is how busy the processes doing the phase w
 
 from __future__ import annotations
 
+import heapq
 import sys
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Iterable, Iterator
@@ -43,6 +44,11 @@ __all__ = [
 GRACE_S = 5.0
 """How far past a step's end the stream must be before the step is closed (clock skew between
 processes, spans queued out of end order)."""
+HELD_SPANS = 30_000
+"""At most this many spans are held as records. Past it, a span that arrives with no held
+child (a leaf, or a subtree already folded) is folded into its parent's sums instead (seconds,
+counts, buckets, CPU per phase path and lane): a step's times stay exact, but its waterfall and
+its per-rank peaks lack those spans (:attr:`StepCollector.folded` counts them)."""
 LINKED_HORIZON_S = 600.0
 LINKED_SPANS = 10_000
 """With ``keep_linked``, the collector holds the spans that ended in the last
@@ -74,6 +80,9 @@ class StepTimes:
     counts: dict[Path_, int] = field(default_factory=dict)
     buckets: dict[str, float] = field(default_factory=dict)
     cpu: dict[Path_, dict[str, tuple[float, float]]] = field(default_factory=dict)
+    folded: int = 0
+    """Spans counted in these times but not held as records (past :data:`HELD_SPANS`): a
+    waterfall of the step lacks them."""
 
     def phase_seconds(self, path: Path_) -> float | None:
         """The phase's seconds in this step, the mean over the lanes that ran it; None if absent."""
@@ -85,9 +94,72 @@ def _seconds(s: Any) -> float:
     return max(0, s.end_time_unix_nano - s.start_time_unix_nano) / 1e9
 
 
-def step_times(step: Any, children: dict[str, list[Any]], spec: Spec) -> StepTimes:
-    """Fold one step span and its descendants (``children``: span id -> child spans) into a
-    :class:`StepTimes`. Each span counts once, even where parent links loop.
+class _Fold:
+    """The sums of the spans folded below one held span, by path relative to it: what
+    :func:`step_times` would have counted for them had they been held."""
+
+    __slots__ = ("buckets", "counts", "covered", "cpu", "open", "phases", "spans")
+
+    def __init__(self) -> None:
+        self.phases: dict[Path_, dict[str, float]] = {}
+        self.counts: dict[Path_, int] = {}
+        self.buckets: dict[str, float] = {}  # of the highest bucketed spans
+        self.covered = 0.0
+        self.cpu: dict[Path_, dict[str, tuple[float, float]]] = {}
+        self.open: dict[str, tuple[float, float]] = {}  # the highest measured spans, per lane
+        self.spans = 0
+
+    def add(self, span: Any, below: _Fold | None, lane: str, bucket: str | None, used: Any) -> None:
+        """Fold ``span`` (and ``below``, what was folded under it) in as a child."""
+        seconds = _seconds(span)
+        own = (span.name,)
+        if below is not None:
+            self.spans += below.spans
+            for rel, lanes in below.phases.items():
+                _add_lanes(self.phases.setdefault((*own, *rel), {}), lanes)
+            for rel, n in below.counts.items():
+                self.counts[(*own, *rel)] = self.counts.get((*own, *rel), 0) + n
+            for rel, lanes in below.cpu.items():
+                _add_pairs(self.cpu.setdefault((*own, *rel), {}), lanes)
+        self.spans += 1
+        lanes = self.phases.setdefault(own, {})
+        lanes[lane] = lanes.get(lane, 0.0) + seconds
+        self.counts[own] = self.counts.get(own, 0) + 1
+        if bucket:
+            self.buckets[bucket] = self.buckets.get(bucket, 0.0) + seconds
+            self.covered += seconds
+        elif below is not None:
+            for b, v in below.buckets.items():
+                self.buckets[b] = self.buckets.get(b, 0.0) + v
+            self.covered += below.covered
+        if isinstance(used, int | float) and not isinstance(used, bool):
+            _add_pairs(self.cpu.setdefault(own, {}), {lane: (float(used), seconds)})
+            _add_pairs(self.open, {lane: (float(used), seconds)})
+        elif below is not None and below.open:
+            _add_pairs(self.cpu.setdefault(own, {}), below.open)
+            _add_pairs(self.open, below.open)
+
+
+def _add_lanes(into: dict[str, float], lanes: dict[str, float]) -> None:
+    for lane, v in lanes.items():
+        into[lane] = into.get(lane, 0.0) + v
+
+
+def _add_pairs(into: dict[str, tuple[float, float]], lanes: dict[str, tuple[float, float]]) -> None:
+    for lane, (c, w) in lanes.items():
+        c0, w0 = into.get(lane, (0.0, 0.0))
+        into[lane] = (c0 + c, w0 + w)
+
+
+def step_times(
+    step: Any,
+    children: dict[str, list[Any]],
+    spec: Spec,
+    folded: dict[str, _Fold] | None = None,
+) -> StepTimes:
+    """Fold one step span and its descendants (``children``: span id -> child spans; ``folded``:
+    span id -> the sums of spans folded below it) into a :class:`StepTimes`. Each span counts
+    once, even where parent links loop.
 
     Returns:
         The step's :class:`StepTimes`.
@@ -104,12 +176,30 @@ def step_times(step: Any, children: dict[str, list[Any]], spec: Spec) -> StepTim
     cpu_key = conventions.cpu_attribute
     cpu: dict[Path_, dict[str, tuple[float, float]]] = {}
     covered = 0.0
+    folded_spans = 0
     seen = {step.span_id}
     # (span, its path, whether a bucketed span above counted it, the depth of the nearest span
     # above that carries the CPU attribute: 0 for none)
     stack: list[tuple[Any, Path_, bool, int]] = [(step, (), False, 0)]
     while stack:
         node, path, counted, measured = stack.pop()
+        fold = folded.get(node.span_id) if folded else None
+        if fold is not None:  # what was folded below it, at the paths below its own
+            folded_spans += fold.spans
+            for rel, lanes in fold.phases.items():
+                here = _PATHS.setdefault((*path, *rel), (*path, *rel))
+                _add_lanes(phases.setdefault(here, {}), lanes)
+                counts[here] = counts.get(here, 0) + fold.counts.get(rel, 0)
+            if not counted:
+                for b, v in fold.buckets.items():
+                    buckets[b] += v
+                covered += fold.covered
+            for rel, lanes in fold.cpu.items():
+                _add_pairs(cpu.setdefault(_PATHS[(*path, *rel)], {}), lanes)
+            # the highest measured spans folded count at each phase above them, up to the
+            # nearest measured one (``measured``: its depth, at or above this node)
+            for depth in range(measured + 1, len(path) + 1):
+                _add_pairs(cpu.setdefault(_PATHS[path[:depth]], {}), fold.open)
         kids = sorted(children.get(node.span_id, ()), key=lambda s: s.start_time_unix_nano)
         pending = []
         for child in kids:
@@ -154,6 +244,7 @@ def step_times(step: Any, children: dict[str, list[Any]], spec: Spec) -> StepTim
         counts=counts,
         buckets=dict(buckets),
         cpu=cpu,
+        folded=folded_spans,
     )
 
 
@@ -166,6 +257,12 @@ class StepCollector:
     (the step span first), before they are let go. With ``keep_linked``, the recent spans are
     held too (bounded: :data:`LINKED_HORIZON_S`, :data:`LINKED_SPANS`), so that ``on_step``
     can ask :meth:`linked` for the work the step's span links point at.
+
+    Memory: a step is closed once the stream is ``grace_s`` past its end, or, when the stream
+    goes back in time by more than that (files that repeat the same times: copies of a run,
+    runs appended with the same clock), at once: a later span that belongs to no held tree
+    starts over, so what is open is done. At most :data:`HELD_SPANS` spans are held as
+    records; past that, leaves are folded into their parent's sums (``folded`` counts them).
     """
 
     def __init__(
@@ -186,9 +283,13 @@ class StepCollector:
         self.spans = 0
         self.impossible = 0  # spans skipped for impossible times
         self.held_peak = 0
+        self.folded = 0  # spans folded into sums, not held (past HELD_SPANS)
+        self.rewinds = 0  # times the stream went back in time and the open steps were closed
+        self._folded: dict[str, _Fold] = {}  # parent id -> what was folded below it
         self._by_id: dict[str, Any] = {}
         self._children: dict[str, list[Any]] = defaultdict(list)
-        self._open: list[Any] = []  # step spans read, not yet closed
+        self._open: list[tuple[int, int, Any]] = []  # heap of (end, order, step span) not closed
+        self.pressed = 0  # steps closed early because HELD_SPANS spans were held
         self._watermark = 0
         self.keep_linked = keep_linked
         # span id -> (span, lane key), in end order; parent id -> {span id: span}
@@ -203,23 +304,63 @@ class StepCollector:
             self.impossible += 1  # no arithmetic on such times; live-check names the span
             return []
         self.spans += 1
+        closed: list[StepTimes] = []
+        end = span.end_time_unix_nano
+        if (
+            self._open
+            and end + self.grace_ns < self._watermark
+            and span.parent_span_id not in self._by_id
+            and span.span_id not in self._children
+        ):  # back in time, into no tree held: the stream started over (a copy, another run)
+            self.rewinds += 1
+            closed = self._close(None)
+        if len(self._by_id) >= HELD_SPANS and self._open:
+            # Held full while steps are open (times that collide): close the older half of
+            # them (those that end first), rather than fold the spans of steps that are done.
+            self.pressed += (n := max(1, len(self._open) // 2))
+            closed += self._close(None, n)
         if self.keep_linked:
             self._remember(span)
+        self._watermark = max(self._watermark, end)
+        if (
+            len(self._by_id) >= HELD_SPANS
+            and span.parent_span_id
+            and span.span_id not in self._children
+            and span.name not in self.step_names
+        ):
+            self._fold(span)
+            return closed + self._close_past()
         self._by_id[span.span_id] = span
         if span.parent_span_id:
             self._children[span.parent_span_id].append(span)
-        self._watermark = max(self._watermark, span.end_time_unix_nano)
-        closed: list[StepTimes] = []
         if span.name in self.step_names:
-            self._open.append(span)
+            heapq.heappush(self._open, (end, self.spans, span))
         elif not span.parent_span_id:  # a root outside any step: its remaining tree is done
-            closed = self._close(lambda s: s.end_time_unix_nano <= span.end_time_unix_nano)
+            closed += self._close(end)
             self._forget(span)
-        if self._open and self._open[0].end_time_unix_nano + self.grace_ns < self._watermark:
-            limit = self._watermark - self.grace_ns
-            closed += self._close(lambda s: s.end_time_unix_nano < limit)
+        closed += self._close_past()
         self.held_peak = max(self.held_peak, len(self._by_id))
         return closed
+
+    def _close_past(self) -> list[StepTimes]:
+        """Close the open steps the stream is ``grace_s`` past."""
+        limit = self._watermark - self.grace_ns
+        if not self._open or self._open[0][0] >= limit:
+            return []
+        return self._close(limit - 1)
+
+    def _fold(self, span: Any) -> None:
+        """Add ``span`` (with what was folded below it) to its parent's sums, not holding it."""
+        conventions = self.spec.conventions
+        entry = self.spec.spans.get(span.name)
+        bucket = self.spec.groups[entry.group].bucket if entry else None
+        lane = sys.intern(lane_of(getattr(span, "resource", {}) or {}, conventions).label)
+        used = span.attributes.get(conventions.cpu_attribute) if conventions.cpu_attribute else None
+        fold = self._folded.get(span.parent_span_id)
+        if fold is None:
+            fold = self._folded[span.parent_span_id] = _Fold()
+        fold.add(span, self._folded.pop(span.span_id, None), lane, bucket, used)
+        self.folded += 1
 
     def _remember(self, span: Any) -> None:
         """Hold ``span`` among the recent ones; let the oldest go past the horizon or the cap."""
@@ -286,16 +427,21 @@ class StepCollector:
 
     def finish(self) -> list[StepTimes]:
         """Close every step still open (the end of the stream)."""
-        return self._close(lambda s: True)
+        return self._close(None)
 
-    def _close(self, due: Any) -> list[StepTimes]:
-        ready = [s for s in self._open if due(s)]
+    def _close(self, until: int | None, most: int | None = None) -> list[StepTimes]:
+        """Close the open steps that end at or before ``until`` (all for None), at most
+        ``most`` of them, those that end first."""
+        ready = []
+        while self._open and (until is None or self._open[0][0] <= until):
+            if most is not None and len(ready) >= most:
+                break
+            ready.append(heapq.heappop(self._open)[2])
         if not ready:
             return []
-        self._open = [s for s in self._open if not due(s)]
         out = []
         for step in sorted(ready, key=lambda s: s.start_time_unix_nano):
-            times = step_times(step, self._children, self.spec)
+            times = step_times(step, self._children, self.spec, self._folded)
             out.append(times)
             if self.on_step is not None:
                 self.on_step(times, step, self._members(step))
@@ -322,6 +468,7 @@ class StepCollector:
             node = stack.pop()
             if self._by_id.get(node.span_id) is node:
                 del self._by_id[node.span_id]
+            self._folded.pop(node.span_id, None)
             stack.extend(self._children.pop(node.span_id, ()))
 
 

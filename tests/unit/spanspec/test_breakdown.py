@@ -157,3 +157,116 @@ def test_without_cpu_seconds_the_table_has_no_cpu_column():
     result = compute_breakdown(_step("d" * 32, 0.0, 0.4), spanspec.load())
     assert all(p.cpu_per_wall is None for p in result.phases)
     assert "cpu/wall" not in str(result)
+
+
+def _deep_step(trace: str, start_s: float) -> list[SpanRecord]:
+    """A step whose phases nest three deep on two ranks, with CPU seconds at several depths
+    and buckets below a span that has none (rollout): every rule the fold must keep."""
+    t0 = int(start_s * S) + S
+    drv = {"rl.worker.group": "driver"}
+
+    def rec(name, sid, parent, a, b, attrs=None, res=drv):
+        return SpanRecord(name, trace, f"{trace[:12]}{sid:04x}", parent and f"{trace[:12]}{parent:04x}",
+                          t0 + int(a * S), t0 + int(b * S), attrs or {}, res)  # fmt: skip
+
+    spans = [
+        rec("rl.grpo.data_processing", 1, 100, 0.0, 0.1),
+        rec("rl.worker.generate", 2, 3, 0.1, 0.2, {"rl.cpu.seconds": 0.05}),
+        rec("rl.worker.generate", 4, 3, 0.2, 0.35, res={"rl.worker.group": "policy"}),
+        rec("rl.grpo.generation", 3, 5, 0.1, 0.4),
+        rec("rl.grpo.reward", 6, 5, 0.4, 0.5),
+        rec("rl.grpo.rollout", 5, 100, 0.1, 0.5),
+    ]
+    for rank in range(2):
+        res = {"rl.worker.group": "policy", "rl.worker.rank": rank}
+        spans += [
+            rec(
+                "rl.worker.allreduce", 10 + rank, 20 + rank, 0.6, 0.7, {"rl.cpu.seconds": 0.02}, res
+            ),
+            rec(
+                "rl.worker.train_microbatch",
+                20 + rank,
+                30,
+                0.5,
+                0.8 + rank / 10,
+                {"rl.cpu.seconds": 0.2},
+                res,
+            ),
+        ]
+    spans += [
+        rec("rl.grpo.policy_update", 30, 100, 0.5, 0.95),
+        rec("rl.grpo.step", 100, None, 0.0, 1.0, {"rl.iteration": int(start_s)}),
+    ]
+    return sorted(spans, key=lambda s: s.end_time_unix_nano)
+
+
+def test_a_step_past_the_held_limit_is_folded_into_the_same_times(monkeypatch):
+    """Past HELD_SPANS a collector folds leaves into their parent's sums instead of holding
+    them: every phase, count, bucket and cpu/wall comes out as when all were held."""
+    from spanspec.traces import steps
+
+    spec = spanspec.load()
+    spans = _deep_step("d" * 32, 0.0) + _deep_step("e" * 32, 10.0)
+    held = list(steps.iter_steps(spans, spec))
+    monkeypatch.setattr(steps, "HELD_SPANS", 0)
+    collector = steps.StepCollector(spec)
+    folded = [t for s in spans for t in collector.add(s)] + collector.finish()
+    assert collector.folded == 2 * 11  # every span but the step spans
+    assert [t.folded for t in folded] == [11, 11] and [t.folded for t in held] == [0, 0]
+    for a, b in zip(held, folded, strict=True):
+        assert set(a.phases) == set(b.phases) and a.counts == b.counts
+        for path in a.phases:
+            assert a.phases[path] == pytest.approx(b.phases[path])
+        assert a.buckets == pytest.approx(b.buckets)
+        assert set(a.cpu) == set(b.cpu)
+        for path in a.cpu:
+            for lane, pair in a.cpu[path].items():
+                assert b.cpu[path][lane] == pytest.approx(pair)
+    assert str(steps_breakdown(held, spec)) == str(steps_breakdown(folded, spec))
+
+
+def steps_breakdown(steps_: list, spec):
+    from spanspec.traces.breakdown import breakdown_of_steps
+
+    return breakdown_of_steps(steps_, spec)
+
+
+def test_copies_at_the_same_times_close_each_step_and_hold_little():
+    """A file that repeats a run under fresh ids at the same times: time never moves past the
+    copies' last steps, so the collector closes the open steps when the stream goes back in
+    time; every step is counted once and the held spans stay those of one copy."""
+    from spanspec.traces import steps
+
+    spec = spanspec.load()
+    collector = steps.StepCollector(spec)
+    got = []
+    for copy in range(50):
+        one = [
+            s for i in range(3) for s in _step(f"{i:02x}{copy:04x}" + "f" * 26, 1.0 + i * 4.0, 0.4)
+        ]
+        for s in sorted(one, key=lambda s: s.end_time_unix_nano):
+            got += collector.add(s)
+    got += collector.finish()
+    assert len(got) == 150 and len({t.trace_id for t in got}) == 150
+    assert collector.rewinds == 49
+    assert collector.held_peak <= 3 * 6
+    updates = [s for t in got for s in t.phases[("rl.grpo.policy_update",)].values()]
+    assert updates == pytest.approx([0.4] * 150)
+
+
+def test_steps_that_never_fall_behind_the_grace_are_closed_when_held_fills(monkeypatch):
+    """Copies of a run shorter than the grace at the same times never rewind past it: when
+    HELD_SPANS spans are held, the steps that ended first are closed, each once."""
+    from spanspec.traces import steps
+
+    monkeypatch.setattr(steps, "HELD_SPANS", 30)
+    collector = steps.StepCollector(spanspec.load())
+    got = []
+    for copy in range(40):
+        one = _step(f"{copy:04x}" + "f" * 28, 1.0, 0.4)
+        for s in sorted(one, key=lambda s: s.end_time_unix_nano):
+            got += collector.add(s)
+    got += collector.finish()
+    assert len(got) == 40 and len({t.trace_id for t in got}) == 40
+    assert collector.rewinds == 0 and collector.pressed > 0 and collector.folded == 0
+    assert collector.held_peak <= 30 + 6
