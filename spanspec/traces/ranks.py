@@ -173,6 +173,7 @@ class RankFold:
         self._work: dict[tuple[str, str], dict[int, dict[str, float]]] = defaultdict(dict)
         self._waits: dict[tuple[str, str], dict[int, dict[str, float]]] = defaultdict(dict)
         self._order: list[int] = []
+        self._numbers: set[int] = set()  # of _order, for a look-up that does not grow with it
 
     def _idle(self, name: str) -> bool:
         entry = self.spec.spans.get(name)
@@ -184,8 +185,9 @@ class RankFold:
         cpu_key = conventions.cpu_attribute
         number = conventions.step_attribute
         n = step.attributes.get(number) if number else None
-        n = n if isinstance(n, int) and n not in self._order else len(self._order)
+        n = n if isinstance(n, int) and n not in self._numbers else len(self._order)
         self._order.append(n)
+        self._numbers.add(n)
         for child in members:
             if child is step:
                 continue

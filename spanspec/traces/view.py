@@ -11,9 +11,11 @@ step (``conventions.step_attribute``).
 
 from __future__ import annotations
 
+import heapq
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from spanspec.spec import Conventions
 from spanspec.traces.otlp_json import SpanRecord
@@ -290,6 +292,49 @@ class _Trace:
     run_id: str | None = None
 
 
+RETIRED_KEPT = 5
+RETIRED_STEPS = 20
+
+
+class _Retired:
+    """What ``stream_traces`` keeps of one run's traces it let go entirely: the earliest start,
+    the :data:`RETIRED_KEPT` earliest traces, the :data:`RETIRED_STEPS` lowest step spans."""
+
+    def __init__(self, start: int) -> None:
+        self.start = start
+        self.earliest: list[tuple[int, int, TraceSummary]] = []  # heap of (-start, n, summary)
+        self.steps: dict[int, SpanRecord] = {}  # step number -> a slim step span
+        self.count = 0
+
+    def add(self, t: _Trace, number: str | None, is_step: Any) -> None:
+        self.count += 1
+        self.start = min(self.start, t.start)
+        marks = tuple(t.marks or ())
+        for m in marks:
+            n = m.attributes.get(number) if number else None
+            if is_step(m.name) and isinstance(n, int) and n not in self.steps:
+                self.steps[n] = m
+                if len(self.steps) > RETIRED_STEPS:
+                    del self.steps[max(self.steps)]
+        roots = tuple(sorted((m for m in marks if not m.parent_span_id),
+                             key=lambda m: m.start_time_unix_nano))  # fmt: skip
+        if not roots and t.first is not None:
+            roots = (t.first,)
+        entry = (-t.start, self.count, TraceSummary(
+            t.trace_id, roots, marks or roots, t.start, t.end, t.count, run_id=t.run_id
+        ))  # fmt: skip
+        if len(self.earliest) < RETIRED_KEPT:
+            heapq.heappush(self.earliest, entry)
+        elif entry > self.earliest[0]:
+            heapq.heapreplace(self.earliest, entry)
+
+    def summaries(self, run_id: str | None) -> list[TraceSummary]:
+        kept = [e[2] for e in self.earliest]
+        steps = tuple(self.steps[n] for n in sorted(self.steps))
+        stub = TraceSummary("", (), steps, self.start, self.start, 0, run_id=run_id)
+        return [*kept, stub]
+
+
 def stream_traces(
     spans: Iterable[SpanRecord],
     trace_id: str | None = None,
@@ -312,6 +357,12 @@ def stream_traces(
     conventions' run attribute) each summary names its run and the earliest step of each run
     is kept (for :func:`pick_run`), so memory holds one drawn trace per run.
 
+    With ``keep_bodies`` (drawing, not listing) a let-go trace whose root has arrived is not
+    kept at all, so memory does not grow with the traces: per run there remain the
+    :data:`RETIRED_KEPT` earliest of them, and one summary without a trace id that holds the
+    run's earliest start and the step spans of its :data:`RETIRED_STEPS` lowest step numbers
+    (for :func:`pick_run` and the choices a failed :func:`select_trace` names).
+
     Returns:
         Summaries of every trace, in order of start time, ready for :func:`select_trace`.
     """
@@ -332,6 +383,18 @@ def stream_traces(
             t.first = slim(t.first) if t.first is not None else None
             t.body = None
 
+    retired: dict[str | None, _Retired] = {}
+
+    def retire(t: _Trace) -> None:
+        """Let a let-go trace whose root has arrived go entirely (drawing only)."""
+        if not keep_bodies or held.get(t.trace_id) is not t:
+            return
+        del held[t.trace_id]
+        r = retired.get(t.run_id)
+        if r is None:
+            r = retired[t.run_id] = _Retired(t.start)
+        r.add(t, number, is_step)
+
     wanted = trace_id.lower() if trace_id is not None else None
     for s in spans:
         t = held.get(s.trace_id)
@@ -351,23 +414,31 @@ def stream_traces(
             t.body.append(s)
         elif not s.parent_span_id or is_step(s.name):
             t.marks.append(slim(s))  # type: ignore[union-attr]
+        if not s.parent_span_id and t.body is None and t.marks is not None:
+            retire(t)  # its root is here, and it is not the one drawn
         if s.parent_span_id or t.body is None or wanted is not None:
             continue
         # A root arrived for a trace still held whole: is it still a candidate?
         if step is not None:
             if is_step(s.name) and number and s.attributes.get(number) != step:
                 let_go(t)
+                retire(t)
         elif is_step(s.name):
             known = best.get(t.run_id)
             if known is None or t.start < known.start:
                 if known is not None:
                     let_go(known)
+                    retire(known)
                 best[t.run_id] = t
             else:
                 let_go(t)
+                retire(t)
         elif t.run_id in best:
             let_go(t)
+            retire(t)
     out = []
+    for run_id, r in retired.items():
+        out += r.summaries(run_id)
     for t in held.values():
         if t.body is not None:
             out.extend(traces(t.body, run_key))

@@ -155,3 +155,38 @@ def test_the_streaming_pick_draws_what_the_in_memory_one_draws(tmp_path, groups)
     with pytest.raises(LookupError, match=r"no step span with rl\.iteration=9; steps in the files"):
         select_trace(stream_traces(TraceStream(path).merged(), step=9, conventions=RL), step=9,
                      conventions=RL)  # fmt: skip
+
+
+def test_drawing_one_of_many_traces_keeps_a_few_summaries_not_one_a_trace():
+    """Streaming 2,000 step traces to draw one: the traces let go once their root arrived are
+    not kept (a few per run, and one summary of the run's start and lowest step numbers), yet
+    the earliest step is drawn, any step can be asked for, and a missing one names the lowest."""
+    from spanspec.traces.view import RETIRED_KEPT, RETIRED_STEPS, pick_run, stream_traces
+
+    conventions = spanspec.load().conventions
+
+    def stream():
+        for n in range(2000):
+            trace, t = f"{n + 1:032x}", (n + 1) * 100
+            yield record("rl.grpo.data_processing", "2" * 16, "1" * 16, t, t + 10, trace)
+            yield record("rl.grpo.step", "1" * 16, None, t, t + 20, trace, **{"rl.iteration": n})
+
+    summaries = stream_traces(stream(), conventions=conventions)
+    assert len(summaries) <= RETIRED_KEPT + 2
+    assert pick_run(summaries) == (None, [])
+    chosen = select_trace(summaries, conventions=conventions)
+    assert chosen.trace_id == f"{1:032x}" and len(chosen.spans) == 2
+    found = select_trace(
+        stream_traces(stream(), step=1234, conventions=conventions), step=1234,
+        conventions=conventions,
+    )  # fmt: skip
+    assert found.trace_id == f"{1235:032x}" and len(found.spans) == 2
+    with pytest.raises(LookupError) as missing:
+        select_trace(
+            stream_traces(stream(), step=5000, conventions=conventions), step=5000,
+            conventions=conventions,
+        )  # fmt: skip
+    listed = ", ".join(str(n) for n in range(RETIRED_STEPS))
+    assert (
+        str(missing.value) == f"no step span with rl.iteration=5000; steps in the files: {listed}"
+    )
