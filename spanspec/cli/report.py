@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UsageError(f"{args.out}: cannot write: {exc.strerror or exc}") from None
     print(
-        f"wrote {args.out}: run {data['run_id'] or '-'}, {len(data['steps'])} steps, "
+        f"wrote {args.out}: run {data['run_id'] or '-'}, {data['steps_total']} steps, "
         f"{data['span_count']} spans, {len(data['lanes'])} processes, "
         f"{len(data['curves'])} metric curves"
         + (f"; against baseline run {data['baseline']['run_id'] or '-'}" if args.baseline else "")

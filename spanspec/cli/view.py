@@ -143,6 +143,12 @@ def run(args: argparse.Namespace) -> int:
         bar.encode(sys.stdout.encoding or "ascii")
     except (UnicodeEncodeError, LookupError):
         bar = "#"
+    if chosen.span_count > len(chosen.spans):
+        print(
+            f"spanspec view: the trace has {chosen.span_count} spans; drawn: the "
+            f"{len(chosen.spans)} that ended first, and its roots",
+            file=sys.stderr,
+        )
     run_id = safe_text(chosen.run_id) if chosen.run_id else None
     print(
         render_waterfall(chosen, width=args.width, bar=bar, conventions=conventions, run_id=run_id)

@@ -84,7 +84,7 @@ class _SideFold:
 
     def __init__(self) -> None:
         self.samples: dict[Key, array] = {}
-        self.starts: list[int] = []
+        self.starts = array("Q")  # 8 bytes a step, not a Python int
         self.iterations: list[int | None] = []
         self.names: set[str] = set()
         self.spans = 0
@@ -110,14 +110,20 @@ class _SideFold:
                 got.append(math.nan)
 
     def side(self, path: str, run_id: str | None) -> RunSide:
-        order = sorted(range(len(self.starts)), key=self.starts.__getitem__)
+        starts = self.starts
+        if all(starts[i] <= starts[i + 1] for i in range(len(starts) - 1)):  # closed in order
+            samples, iterations = self.samples, self.iterations
+        else:
+            order = sorted(range(len(starts)), key=starts.__getitem__)
+            samples = {k: array("d", (v[i] for i in order)) for k, v in self.samples.items()}
+            iterations = [self.iterations[i] for i in order]
         return RunSide(
             path=path,
             run_id=run_id,
-            steps=len(order),
+            steps=len(starts),
             step_names=sorted(self.names),
-            samples={k: array("d", (v[i] for i in order)) for k, v in self.samples.items()},
-            iterations=[self.iterations[i] for i in order],
+            samples=samples,
+            iterations=iterations,
             spans=self.spans,
         )
 

@@ -93,24 +93,44 @@ WATERFALLS_FIRST = 20
 """The page holds the waterfall of a run's first steps..."""
 WATERFALLS_SLOWEST = 30
 """...and of its slowest steps; every other step is a bar (``spanspec view --step N`` draws it)."""
+STEP_BARS = 5_000
+"""A run of more steps has a bar for every k-th of them (k doubling as the run grows, between
+STEP_BARS and twice that many bars), and one for each step whose waterfall is kept; the
+breakdown, the mean and the slowest steps are still of every step (``steps_total``)."""
 
 
 class _RunPage:
     """What the page keeps of one run while the spans stream by: aggregates, and the waterfall
     rows of a bounded set of steps (the first ones and the slowest)."""
 
-    def __init__(self, first_start: int, ranks: RankFold) -> None:
+    def __init__(self, first_start: int, ranks: RankFold, rid: str | None = None) -> None:
+        self.rid = rid
         self.first_start = first_start
-        self.ranks = ranks
-        self.steps: list[dict[str, Any]] = []
-        self.breakdown = BreakdownFold()
-        self.rows: dict[int, list[dict[str, Any]]] = {}
-        self.slow: list[tuple[float, int]] = []  # heap of (duration, step index) kept as slowest
+        self.missed = False  # steps of the run went by while another run was followed
+        self.reset(ranks)
         self.span_count = 0
         self.lanes: dict[Any, Any] = {}
         self.header: dict[str, Any] = {}
         self.service: Any = None
+
+    def reset(self, ranks: RankFold) -> None:
+        """Let the steps go (another run is followed now)."""
+        self.ranks = ranks
+        self.steps: dict[int, dict[str, Any]] = {}  # every ``every``-th, those with a waterfall
+        self.count = 0  # every step
+        self.every = 1
+        self.total_ms = 0.0
+        self.breakdown = BreakdownFold()
+        self.rows: dict[int, list[dict[str, Any]]] = {}
+        self.slow: list[tuple[float, int]] = []  # heap of (duration, step index) kept as slowest
         self.overlap = Overlap()  # of the steps with links: the linked work while they were busy
+
+
+class _Repass(Exception):
+    """The run shown is not the one followed while reading: read again for ``run_id``."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
 
 
 def report_data(
@@ -127,7 +147,8 @@ def report_data(
     folder appended to by a resumed or repeated run), only ``run_id``'s spans count, by default
     the latest run's. Runs, steps, lanes and the header's resource attributes are the registry's
     ``conventions`` (``run_attribute``, ``step_span``, ``step_attribute``, ``lane_attributes``,
-    ``report_attributes``). Every step is in ``steps`` (its time and buckets); the spans of its
+    ``report_attributes``). Every step is in ``steps`` (its time and buckets), up to
+    :data:`STEP_BARS` (past them, every ``steps_every``-th of ``steps_total``); the spans of its
     waterfall only for the first :data:`WATERFALLS_FIRST` and the :data:`WATERFALLS_SLOWEST`
     slowest steps of the run (``kept``), so the page and the memory stay bounded on long runs.
 
@@ -147,17 +168,34 @@ def report_data(
             f"run id {run_id!r}: the registry names no run attribute "
             "(conventions.run_attribute), so runs cannot be told apart"
         )
+    held: Iterable[SpanRecord] | None = None
     if isinstance(spans, Sequence):  # held in memory: put it in the order a stream has
-        spans = sorted(spans, key=lambda s: s.end_time_unix_nano)
+        spans = held = sorted(spans, key=lambda s: s.end_time_unix_nano)
     pages: dict[str | None, _RunPage] = {}
+    # Only one run's steps are kept: the one asked for, else the latest so far (the one shown
+    # unless an earlier span of another run turns up later: then it is read again).
+    focus: list[str | None] = [run_id]
+
+    def new_ranks() -> RankFold:
+        return RankFold(spec, *_threshold(straggler_threshold))
+
+    def rank(page: _RunPage) -> tuple[bool, int, str]:
+        return (page.rid is not None, page.first_start, page.rid or "")
 
     def page_of(resource: Any, start: int) -> _RunPage:
         rid = resource.get(run_key) if run_key else None
         rid = rid if isinstance(rid, str) else None
         page = pages.get(rid)
         if page is None:
-            page = pages[rid] = _RunPage(start, RankFold(spec, *_threshold(straggler_threshold)))
+            page = pages[rid] = _RunPage(start, new_ranks(), rid)
         page.first_start = min(page.first_start, start)
+        if run_id is None and rid != focus[0]:
+            followed = pages.get(focus[0])
+            if followed is None or rank(page) > rank(followed):
+                if followed is not None and followed.steps:
+                    followed.reset(new_ranks())
+                    followed.missed = True
+                focus[0] = rid
         return page
 
     def bucket_of(name: str) -> str | None:
@@ -166,27 +204,32 @@ def report_data(
 
     def on_step(times: StepTimes, step: SpanRecord, members: list[SpanRecord]) -> None:
         page = page_of(step.resource, step.start_time_unix_nano)
-        index = len(page.steps)
+        if page.rid != focus[0]:
+            page.missed = True
+            return
+        index = page.count
+        page.count += 1
+        page.total_ms += step.duration_ns / 1e6
         page.breakdown.add(times)
         targets, shown = collector.linked(step, members)
         overlap = step_overlap(step, members, targets, shown, spec)
         page.overlap += overlap
-        page.steps.append(
-            {
-                "name": step.name,
-                "iteration": times.iteration if times.iteration is not None else index,
-                "trace_id": step.trace_id,
-                "dur_ms": step.duration_ns / 1e6,
-                "start_unix_nano": step.start_time_unix_nano,
-                "buckets": {b: v * 1e3 for b, v in times.buckets.items()},
-                "spans": [],
-                "kept": False,
-                # ended by the shutdown, not by its code (a stopped run): its time is partial
-                "truncated": step.attributes.get(TRUNCATED_ATTRIBUTE) is True,
-                "links": _links(members, targets, conventions),
-                "overlap": overlap.to_json() if overlap.steps else None,
-            }
-        )
+        bar = {
+            "index": index,
+            "name": step.name,
+            "iteration": times.iteration if times.iteration is not None else index,
+            "trace_id": step.trace_id,
+            "dur_ms": step.duration_ns / 1e6,
+            "start_unix_nano": step.start_time_unix_nano,
+            "buckets": {b: v * 1e3 for b, v in times.buckets.items()},
+            "spans": [],
+            "kept": False,
+            "folded": times.folded,  # spans counted in its times, not held to be drawn
+            # ended by the shutdown, not by its code (a stopped run): its time is partial
+            "truncated": step.attributes.get(TRUNCATED_ATTRIBUTE) is True,
+            "links": _links(members, targets, conventions),
+            "overlap": overlap.to_json() if overlap.steps else None,
+        }
         keep = index < WATERFALLS_FIRST
         if not keep:
             entry = (step.duration_ns / 1e6, index)
@@ -196,6 +239,8 @@ def report_data(
             elif entry > page.slow[0]:
                 _, out = heapq.heapreplace(page.slow, entry)
                 page.rows.pop(out, None)
+                if out >= WATERFALLS_FIRST and out % page.every:
+                    page.steps.pop(out, None)  # its bar was there for its waterfall only
                 keep = True
         if keep:
             linked = {t.span_id for t in targets}
@@ -203,6 +248,13 @@ def report_data(
             for row in page.rows[index]:
                 row["linked"] = row["span_id"] in linked  # a span this step's links point at
                 row["other_trace"] = row["trace_id"] != step.trace_id
+        if keep or index % page.every == 0:
+            page.steps[index] = bar
+            if len(page.steps) > 2 * STEP_BARS:  # a bar for every other one of them
+                page.every *= 2
+                page.steps = {
+                    i: b for i, b in page.steps.items() if i % page.every == 0 or i in page.rows
+                }
         page.ranks.add(step, members)
 
     collector = StepCollector(spec, on_step=on_step, keep_linked=True)
@@ -225,14 +277,16 @@ def report_data(
         run_id = latest_run(firsts)
     if run_id is not None and run_id not in runs:
         raise ReportError(f"run id {run_id!r} is not in the files; runs: {', '.join(runs)}")
-    page = pages.get(run_id) or _RunPage(0, RankFold(spec, *_threshold(straggler_threshold)))
+    page = pages.get(run_id) or _RunPage(0, new_ranks())
+    if page.missed:  # its steps went by while another run was followed
+        if not isinstance(held, list):
+            raise _Repass(str(run_id))
+        return report_data(held, spec, run_id, title, straggler_threshold)
     all_lanes = sorted(page.lanes.values(), key=lambda lane: lane.order)
     lane_index = {lane.key: i for i, lane in enumerate(all_lanes)}
-    order = sorted(range(len(page.steps)), key=lambda i: page.steps[i]["start_unix_nano"])
     steps = []
-    for i in order:
-        step = page.steps[i]
-        rows = page.rows.get(i)
+    for step in sorted(page.steps.values(), key=lambda b: b["start_unix_nano"]):
+        rows = page.rows.get(step.pop("index"))
         if rows is not None:
             # (a linked span of another run, in a lane this run never had, is left out)
             rows = [r for r in rows if r["lane"] in lane_index]
@@ -242,7 +296,7 @@ def report_data(
             step["spans"], step["kept"] = rows, True
         steps.append(step)
     # The slowest steps, and only those slower than the mean (a run of equal steps has none).
-    mean_ms = sum(s["dur_ms"] for s in steps) / len(steps) if steps else 0.0
+    mean_ms = page.total_ms / page.count if page.count else 0.0
     slower = [i for i in range(len(steps)) if steps[i]["dur_ms"] > mean_ms]
     slowest = sorted(slower, key=lambda i: -steps[i]["dur_ms"])[:SLOWEST]
     return {
@@ -255,6 +309,8 @@ def report_data(
         "lanes": [lane.label for lane in all_lanes],
         "breakdown": _breakdown_json(page.breakdown.result(spec)),
         "steps": steps,
+        "steps_total": page.count,
+        "steps_every": page.every,
         "slowest": slowest,
         "waterfalls": {"first": WATERFALLS_FIRST, "slowest": WATERFALLS_SLOWEST},
         "ranks": _ranks_json(page.ranks.result()),
@@ -397,9 +453,15 @@ def write_report(
         spec = spec([first] if first is not None else [])
     spec = spec or _load()
     stream = TraceStream(files)  # one pass: memory bounded by what the page keeps
-    data = report_data(
-        stream.merged(), spec, run_id=run_id, straggler_threshold=straggler_threshold
-    )
+    try:
+        data = report_data(
+            stream.merged(), spec, run_id=run_id, straggler_threshold=straggler_threshold
+        )
+    except _Repass as again:  # the run shown was not followed all along: read it alone
+        stream = TraceStream(files)
+        data = report_data(
+            stream.merged(), spec, run_id=again.run_id, straggler_threshold=straggler_threshold
+        )
     bad = [f for f in stream.findings if f.level == "violation"]
     if bad:
         raise ReportError(str(bad[0]))

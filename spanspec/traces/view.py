@@ -294,6 +294,9 @@ class _Trace:
 
 RETIRED_KEPT = 5
 RETIRED_STEPS = 20
+BODY_SPANS = 50_000
+"""A trace that may be drawn holds at most this many spans (the first to end, and every
+parentless one); the summary's ``count`` still says how many it has."""
 
 
 class _Retired:
@@ -411,7 +414,8 @@ def stream_traces(
         if t.first is None or s.start_time_unix_nano < t.first.start_time_unix_nano:
             t.first = s if t.body is not None else slim(s)
         if t.body is not None:
-            t.body.append(s)
+            if len(t.body) < BODY_SPANS or not s.parent_span_id:
+                t.body.append(s)
         elif not s.parent_span_id or is_step(s.name):
             t.marks.append(slim(s))  # type: ignore[union-attr]
         if not s.parent_span_id and t.body is None and t.marks is not None:
@@ -441,7 +445,10 @@ def stream_traces(
         out += r.summaries(run_id)
     for t in held.values():
         if t.body is not None:
-            out.extend(traces(t.body, run_key))
+            out.extend(
+                replace(summary, count=t.count) if t.count > len(t.body) else summary
+                for summary in traces(t.body, run_key)
+            )
         else:
             marks = tuple(t.marks or ())
             roots = tuple(sorted((m for m in marks if not m.parent_span_id),

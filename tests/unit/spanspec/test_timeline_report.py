@@ -186,3 +186,58 @@ def test_a_long_run_keeps_the_waterfalls_of_its_first_and_slowest_steps(tmp_path
     assert all(s["kept"] for s in later[:WATERFALLS_SLOWEST])
     assert all(s["spans"] == [] for s in steps if not s["kept"])
     assert all(steps[i]["kept"] for i in data["slowest"])
+
+
+def test_the_run_shown_is_read_again_when_another_was_followed(tmp_path):
+    """The page keeps one run's steps while the spans stream by: the latest so far. A run
+    whose early span (a job root) arrives last is not the latest after all: the run shown is
+    read again, alone, and its steps are all on the page."""
+    from spanspec.traces.otlp_json import TraceStream
+
+    def res(run):
+        return {**DRIVER, "rl.run_id": run}
+
+    spans = []
+    for i, (run, t) in enumerate((("b", 1000), ("b", 2000), ("a", 3000), ("a", 4000))):
+        spans.append(record("rl.grpo.step", f"{i + 1:016x}", None, t, t + 500, res(run),
+                            **{"rl.iteration": i}))  # fmt: skip
+    spans.append(record("rl.job", f"{99:016x}", None, 500, 4600, res("a")))
+    data = report_data(spans, spanspec.load())
+    assert data["runs"] == ["a", "b"] and data["run_id"] == "b"
+    assert [s["iteration"] for s in data["steps"]] == [0, 1]
+    lines = "".join(
+        json.dumps({"resourceSpans": [{"resource": {"attributes": [
+            {"key": k, "value": {"stringValue": str(v)}} for k, v in s.resource.items()]},
+            "scopeSpans": [{"scope": {"name": "spanspec"}, "spans": [{
+                "traceId": s.trace_id, "spanId": s.span_id, "name": s.name,
+                "startTimeUnixNano": str(s.start_time_unix_nano),
+                "endTimeUnixNano": str(s.end_time_unix_nano),
+                "attributes": [{"key": k, "value": {"intValue": str(v)}}
+                               for k, v in s.attributes.items()]}]}]}]}) + "\n"
+        for s in sorted(spans, key=lambda s: s.end_time_unix_nano)
+    )  # fmt: skip
+    (tmp_path / "traces.jsonl").write_text(lines)
+    assert len(list(TraceStream(tmp_path))) == 5
+    streamed = write_report(tmp_path, tmp_path / "r.html")
+    assert streamed["run_id"] == "b" and [s["iteration"] for s in streamed["steps"]] == [0, 1]
+
+
+def test_a_run_of_many_steps_has_a_bar_for_every_kth_and_every_slow_one(monkeypatch):
+    """Past STEP_BARS bars the page keeps a bar for every k-th step (and each with a
+    waterfall): the count, the mean and the slowest steps are still of every step."""
+    from spanspec.traces import report
+
+    monkeypatch.setattr(report, "STEP_BARS", 40)
+    spans = []
+    for i in range(1000):
+        t = 1000 + 10 * i
+        spans.append(record("rl.grpo.step", f"{i + 1:016x}", None, t, t + (9 if i == 777 else 5),
+                            **{"rl.iteration": i}))  # fmt: skip
+    data = report_data(spans, spanspec.load())
+    every = data["steps_every"]
+    assert data["steps_total"] == 1000 and every in (16, 32)
+    assert len(data["steps"]) <= 2 * 40
+    iterations = [s["iteration"] for s in data["steps"]]
+    assert iterations == sorted(iterations) and set(range(0, 1000, every)) <= set(iterations)
+    assert data["steps"][data["slowest"][0]]["iteration"] == 777
+    assert data["breakdown"]["steps"] == 1000
