@@ -61,12 +61,12 @@ class RunSide:
     bytes: int = 0
     metrics: dict[str, list[float]] = field(default_factory=dict)
 
-    def values(self, key: Key, start: int = 0, stop: int | None = None) -> list[float]:
-        """The row's seconds in steps ``start:stop`` that have it."""
+    def values(self, key: Key, start: int = 0, stop: int | None = None) -> array:
+        """The row's seconds in steps ``start:stop`` that have it (8 bytes a step)."""
         got = self.samples.get(key)
         if got is None:
-            return []
-        return [v for v in got[start:stop] if not math.isnan(v)]
+            return array("d")
+        return array("d", (v for v in got[start:stop] if not math.isnan(v)))
 
     def part(self, start: int, stop: int | None = None, path: str | None = None) -> RunSide:
         """The steps ``start:stop`` of this run, as a run of their own."""

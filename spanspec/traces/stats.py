@@ -8,10 +8,16 @@ correction of 0.5 (as ``scipy.stats.mannwhitneyu(..., method="asymptotic")`` com
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 __all__ = ["MannWhitney", "mann_whitney_u", "median"]
+
+
+def _sorted(values: Sequence[float]) -> array:
+    """``values`` sorted, as an array of doubles."""
+    return array("d", sorted(map(float, values)))
 
 
 def median(values: Sequence[float]) -> float:
@@ -49,20 +55,30 @@ def mann_whitney_u(a: Sequence[float], b: Sequence[float]) -> MannWhitney:
     na, nb = len(a), len(b)
     if not na or not nb:
         return MannWhitney(0.0, 0.0, 1.0)
-    pooled = sorted([(float(x), 0) for x in a] + [(float(x), 1) for x in b])
-    n = na + nb
+    # Ranks of the pooled values by a merge of the two samples sorted (a few bytes a value,
+    # not a pooled list of pairs): ties, within a sample or across, share their mean rank.
+    sa, sb = _sorted(a), _sorted(b)
     rank_a = 0.0
     ties = 0.0
-    i = 0
-    while i < n:
-        j = i
-        while j + 1 < n and pooled[j + 1][0] == pooled[i][0]:
-            j += 1
-        rank = (i + j) / 2 + 1  # ranks i+1 .. j+1 share their mean
-        t = j - i + 1
+    i = j = done = 0
+    while i < na or j < nb:
+        v = sa[i] if j >= nb or (i < na and sa[i] <= sb[j]) else sb[j]
+        ca = cb = 0
+        while i < na and sa[i] == v:
+            i, ca = i + 1, ca + 1
+        while j < nb and sb[j] == v:
+            j, cb = j + 1, cb + 1
+        if not ca + cb:  # NaN equals nothing: a group of its own
+            if j >= nb or (i < na and not sb[j] == sb[j]):
+                i, ca = i + 1, 1
+            else:
+                j, cb = j + 1, 1
+        t = ca + cb
+        rank = done + (t + 1) / 2  # ranks done+1 .. done+t share their mean
         ties += t**3 - t
-        rank_a += rank * sum(1 for k in range(i, j + 1) if pooled[k][1] == 0)
-        i = j + 1
+        rank_a += rank * ca
+        done += t
+    n = na + nb
     u = rank_a - na * (na + 1) / 2
     mean = na * nb / 2
     variance = na * nb / 12 * ((n + 1) - ties / (n * (n - 1))) if n > 1 else 0.0
