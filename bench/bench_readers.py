@@ -1,16 +1,21 @@
-"""How fast the trace readers read, and how much memory they hold, on runs of 100 MB and 1 GB.
+"""How fast the trace readers read, and how much memory they hold, on 1 GB files of five shapes.
 
     python bench/bench_readers.py                       # makes a small real run first (~1 min)
-    python bench/bench_readers.py --source RUN/telemetry/traces.jsonl --sizes 100,1000
+    python bench/bench_readers.py --source RUN/telemetry/traces.jsonl --sizes 200,1000
+    python bench/bench_readers.py --shapes giant-step,tiny-steps --only report,diff
     python bench/bench_readers.py --before 4dea668      # also the readers of that commit
 
-A synthetic run is copies of a real run's ``traces.jsonl`` one after another: each copy under
-fresh trace and span ids, its times shifted past the previous copy's, so the copies read as one
-long run of many steps. Each command (``view``, ``live-check``, ``report``, ``diff`` of the run
-against itself, and the end-of-run breakdown, ``step_breakdown``) runs in its own process; the
-table gives its wall time, MB/s of trace file and peak RSS (``wait4``'s ``ru_maxrss``). With
-``--before REV`` the same commands run on that commit's ``spanspec`` (``git archive``) beside
-them, where the command exists there. Target: every command reads the 1 GB run within 256 MB.
+Each file is written streamed, shape by shape (:data:`SHAPES`), and removed after its rows:
+``copies`` (copies of a real run's ``traces.jsonl`` one after another, each under fresh trace
+and span ids and step numbers, its times shifted past the previous copy's: one long run),
+``same-times`` (the copies at the SAME times), ``giant-step`` (one step span over millions of
+worker spans on four ranks), ``tiny-steps`` (steps of two spans each, about 2,000 a MB) and
+``many-runs`` (each copy under its own ``rl.run_id``). Each command (``view``, ``live-check``,
+``report``, ``diff`` of the run against itself with ``--warmup 0``, and the end-of-run
+breakdown, ``step_breakdown``) runs in its own process; the table gives its wall time, MB/s of
+trace file and peak RSS (``wait4``'s ``ru_maxrss``). With ``--before REV`` the same commands run
+on that commit's ``spanspec`` (``git archive``) beside them, where the command exists there.
+Target: every command reads each 1 GB file within 256 MB.
 """
 
 from __future__ import annotations

@@ -122,6 +122,13 @@ def run(args: argparse.Namespace) -> int:
                 f"{', '.join(safe_text(r) for r in runs[:-1][-5:])})",
                 file=sys.stderr,
             )
+        if args.format != "chrome" and any(t.partial for t in summaries):
+            # its traces went by while an earlier-seen run was followed: read it alone
+            again = drawable(TraceStream(args.file).merged(), terminal=True)
+            summaries = stream_traces(
+                (s for s in again if s.resource.get(key) == latest),
+                None, args.step, conventions, run_key=key,
+            )  # fmt: skip
     if args.format == "chrome":
         return _write_chrome(args, summaries, conventions)
     if args.list:

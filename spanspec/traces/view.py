@@ -46,6 +46,9 @@ class TraceSummary:
     """How many spans the trace has (``len(spans)`` unless only its roots were kept)."""
     run_id: str | None = None
     """The run the trace belongs to (the registry's ``conventions.run_attribute``), if known."""
+    partial: bool = False
+    """A summary of a run whose traces went by while :func:`stream_traces` followed another:
+    to draw one of them, stream the run's spans alone."""
 
     @property
     def span_count(self) -> int:
@@ -290,6 +293,7 @@ class _Trace:
     marks: list[SpanRecord] | None = None  # parentless and step spans (for choosing, listing)
     first: SpanRecord | None = None  # the earliest span (a root when none is parentless)
     run_id: str | None = None
+    rooted: bool = False  # a parentless span arrived
 
 
 RETIRED_KEPT = 5
@@ -308,10 +312,19 @@ class _Retired:
         self.earliest: list[tuple[int, int, TraceSummary]] = []  # heap of (-start, n, summary)
         self.steps: dict[int, SpanRecord] = {}  # step number -> a slim step span
         self.count = 0
+        self.partial = False  # only the start and count: another run was followed
+
+    def drop(self) -> None:
+        """Keep only the start and count from now on."""
+        self.partial = True
+        self.earliest.clear()
+        self.steps.clear()
 
     def add(self, t: _Trace, number: str | None, is_step: Any) -> None:
         self.count += 1
         self.start = min(self.start, t.start)
+        if self.partial:
+            return
         marks = tuple(t.marks or ())
         for m in marks:
             n = m.attributes.get(number) if number else None
@@ -334,7 +347,9 @@ class _Retired:
     def summaries(self, run_id: str | None) -> list[TraceSummary]:
         kept = [e[2] for e in self.earliest]
         steps = tuple(self.steps[n] for n in sorted(self.steps))
-        stub = TraceSummary("", (), steps, self.start, self.start, 0, run_id=run_id)
+        stub = TraceSummary(
+            "", (), steps, self.start, self.start, 0, run_id=run_id, partial=self.partial
+        )
         return [*kept, stub]
 
 
@@ -357,8 +372,10 @@ def stream_traces(
     non-step root once a step root is known. With ``keep_bodies`` False no body is kept (for
     listing). The summaries of let-go traces have ``spans`` of their roots and step spans only;
     their ``roots`` are their parentless spans (or their earliest span). With ``run_key`` (the
-    conventions' run attribute) each summary names its run and the earliest step of each run
-    is kept (for :func:`pick_run`), so memory holds one drawn trace per run.
+    conventions' run attribute) each summary names its run; when drawing (``keep_bodies``, no
+    ``trace_id``) only the run that started last so far is followed: the traces of the others
+    go by and their runs' summaries are ``partial`` (to draw one, stream that run alone), so
+    memory holds one drawn trace, not one per run.
 
     With ``keep_bodies`` (drawing, not listing) a let-go trace whose root has arrived is not
     kept at all, so memory does not grow with the traces: per run there remain the
@@ -388,15 +405,30 @@ def stream_traces(
 
     retired: dict[str | None, _Retired] = {}
 
-    def retire(t: _Trace) -> None:
+    def retired_of(run: str | None, start: int) -> _Retired:
+        r = retired.get(run)
+        if r is None:
+            r = retired[run] = _Retired(start)
+        return r
+
+    def retire(t: _Trace, partial: bool = False) -> None:
         """Let a let-go trace whose root has arrived go entirely (drawing only)."""
         if not keep_bodies or held.get(t.trace_id) is not t:
             return
         del held[t.trace_id]
-        r = retired.get(t.run_id)
-        if r is None:
-            r = retired[t.run_id] = _Retired(t.start)
+        r = retired_of(t.run_id, t.start)
+        if partial and not r.partial:
+            r.drop()
         r.add(t, number, is_step)
+
+    # Drawing with several runs in the files: only the latest run so far (by its earliest
+    # span) is followed; the traces of the others go by, their runs' summaries ``partial``.
+    follow = keep_bodies and run_key is not None and trace_id is None
+    firsts: dict[str | None, int] = {}
+    focus: list[Any] = [None, False]  # the run followed, whether one is
+
+    def rank(run: str | None) -> tuple[bool, int, str]:
+        return (run is not None, firsts[run], run or "")
 
     wanted = trace_id.lower() if trace_id is not None else None
     for s in spans:
@@ -410,6 +442,8 @@ def stream_traces(
             )  # fmt: skip
         t.count += 1
         t.start = min(t.start, s.start_time_unix_nano)
+        if follow:
+            firsts[t.run_id] = min(firsts.get(t.run_id, t.start), t.start)
         t.end = max(t.end, s.end_time_unix_nano)
         if t.first is None or s.start_time_unix_nano < t.first.start_time_unix_nano:
             t.first = s if t.body is not None else slim(s)
@@ -418,11 +452,29 @@ def stream_traces(
                 t.body.append(s)
         elif not s.parent_span_id or is_step(s.name):
             t.marks.append(slim(s))  # type: ignore[union-attr]
+        if not s.parent_span_id:
+            t.rooted = True
         if not s.parent_span_id and t.body is None and t.marks is not None:
             retire(t)  # its root is here, and it is not the one drawn
         if s.parent_span_id or t.body is None or wanted is not None:
             continue
         # A root arrived for a trace still held whole: is it still a candidate?
+        if follow and not focus[1]:
+            focus[:] = [t.run_id, True]
+        elif follow and t.run_id != focus[0]:
+            if rank(t.run_id) > rank(focus[0]):
+                old, focus[:] = focus[0], [t.run_id, True]
+                best.pop(old, None)
+                done = [x for x in held.values() if x.run_id == old and x.rooted]
+                for known in done:  # the old run's traces go by from now on
+                    let_go(known)
+                    retire(known, partial=True)
+                if done or old in retired:
+                    retired_of(old, firsts.get(old, 0)).drop()
+            else:
+                let_go(t)
+                retire(t, partial=True)
+                continue
         if step is not None:
             if is_step(s.name) and number and s.attributes.get(number) != step:
                 let_go(t)

@@ -246,9 +246,11 @@ def test_view_and_report_pick_the_same_run_the_latest(linked, spec):
     )
     assert pick_run(summaries) == ("new", ["old", "new"])
     assert report_data(both, spec)["run_id"] == "new"
-    # One drawable step per run is kept, so the latest run's first step can be drawn.
+    # Only the latest run so far is followed: its first step can be drawn; the older run's
+    # traces went by (its summary says so: to draw it, read it alone, as --run-id does).
     kept = [t for t in summaries if t.root_names == ("rl.async_grpo.step",) and len(t.spans) > 1]
-    assert {t.run_id for t in kept} == {"new", "old"}
+    assert {t.run_id for t in kept} == {"new"}
+    assert {t.run_id for t in summaries if t.partial} == {"old"}
 
 
 def test_the_report_follows_the_links_and_the_overlap_matches_the_run_figure(linked, spec):

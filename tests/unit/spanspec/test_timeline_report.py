@@ -189,9 +189,9 @@ def test_a_long_run_keeps_the_waterfalls_of_its_first_and_slowest_steps(tmp_path
 
 
 def test_the_run_shown_is_read_again_when_another_was_followed(tmp_path):
-    """The page keeps one run's steps while the spans stream by: the latest so far. A run
-    whose early span (a job root) arrives last is not the latest after all: the run shown is
-    read again, alone, and its steps are all on the page."""
+    """The page (and view) keep one run's steps while the spans stream by: the latest so far.
+    A run whose early span (a job root) arrives last is not the latest after all: the run shown
+    is read again, alone, and its steps are all on the page (its first step drawn)."""
     from spanspec.traces.otlp_json import TraceStream
 
     def res(run):
@@ -220,6 +220,20 @@ def test_the_run_shown_is_read_again_when_another_was_followed(tmp_path):
     assert len(list(TraceStream(tmp_path))) == 5
     streamed = write_report(tmp_path, tmp_path / "r.html")
     assert streamed["run_id"] == "b" and [s["iteration"] for s in streamed["steps"]] == [0, 1]
+    # view follows the latest run so far too, and reads the one it draws again, alone
+    import subprocess
+    import sys
+
+    view = subprocess.run(
+        [sys.executable, "-m", "spanspec.cli", "view", str(tmp_path / "traces.jsonl")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert view.returncode == 0, view.stderr
+    header = view.stdout.splitlines()[0]  # (the helper gives every span one trace id)
+    assert header.endswith(
+        "(rl.iteration=0), rl.grpo.step (rl.iteration=1)  1500.0 ms, 2 spans, run b"
+    )
+    assert "2 runs in" in view.stderr and "drawing the latest, run b" in view.stderr
 
 
 def test_a_run_of_many_steps_has_a_bar_for_every_kth_and_every_slow_one(monkeypatch):
