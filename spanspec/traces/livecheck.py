@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-from array import array
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from spanspec.findings import Finding, SpecError, a_type, did_you_mean
 from spanspec.spec import GROUPS_RESOURCE_ATTRIBUTE, REDACTED, AttributeDef, Spec
+from spanspec.traces.fingerprints import Fingerprints
 from spanspec.traces.otlp_json import SpanRecord
 
 __all__ = [
@@ -147,7 +147,7 @@ def live_check(
     resource_groups_cache: dict[str, frozenset[str] | None] = {}
     any_groups_known = fixed_groups is not None
     names = list(spec.spans)
-    ids = _Seen()
+    ids = Fingerprints()
 
     for span in spans:
         if not all_scopes and span.scope not in (SCOPE, ""):
@@ -253,43 +253,7 @@ def live_check(
 _MAX_TIME = 2**64 - 1  # OTLP times are fixed64 nanoseconds
 
 
-class _Seen:
-    """The (trace id, span id) pairs seen, as 64-bit fingerprints in an open-addressing table:
-    8 bytes a slot, at most half full, so memory is 16 bytes or less a span, not a Python pair.
-    Two pairs share a fingerprint about once in 10^12 files of a million spans."""
-
-    def __init__(self) -> None:
-        self._table = array("Q", bytes(8 << 16))
-        self._used = 0
-
-    def seen(self, key: tuple[str, str]) -> bool:
-        """Whether ``key`` was seen before; it is seen from now on."""
-        mark = (hash(key) & 0xFFFFFFFFFFFFFFFF) or 1
-        table = self._table
-        mask = len(table) - 1
-        i = mark & mask
-        while (found := table[i]) != 0:
-            if found == mark:
-                return True
-            i = (i + 1) & mask
-        table[i] = mark
-        self._used += 1
-        if 2 * self._used > len(table):
-            self._grow()
-        return False
-
-    def _grow(self) -> None:
-        old, self._table = self._table, array("Q", bytes(16 * len(self._table)))
-        table, mask = self._table, len(self._table) - 1
-        for mark in old:
-            if mark:
-                i = mark & mask
-                while table[i]:
-                    i = (i + 1) & mask
-                table[i] = mark
-
-
-def _check_times(span: SpanRecord, ids: _Seen, problems: _Collector) -> None:
+def _check_times(span: SpanRecord, ids: Fingerprints, problems: _Collector) -> None:
     """Times no clock gives (zero, negative, past 2^64), an end before its start, and a span id
     seen before in the same trace."""
     start, end = span.start_time_unix_nano, span.end_time_unix_nano
@@ -311,7 +275,7 @@ def _check_times(span: SpanRecord, ids: _Seen, problems: _Collector) -> None:
             f"span '{span.name}' ({span.span_id}) ends {(start - end) / 1e9:.3f} s before it "
             "starts",
         )
-    if ids.seen((span.trace_id, span.span_id)):
+    if ids.add((span.trace_id, span.span_id)):
         problems.add(
             span,
             "live.duplicate_span_id",

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from spanspec.spec import Conventions
+from spanspec.traces.fingerprints import Fingerprints
 from spanspec.traces.otlp_json import SpanRecord
 from spanspec.traces.steps import latest_run
 from spanspec.traces.timeline import lane_of
@@ -313,6 +314,12 @@ class _Retired:
         self.steps: dict[int, SpanRecord] = {}  # step number -> a slim step span
         self.count = 0
         self.partial = False  # only the start and count: another run was followed
+        self.late = 0  # spans of its let-go traces that came after their root
+
+    def count_span(self, span: SpanRecord) -> None:
+        """A span of a trace already let go, come late: counted in the run's summary."""
+        self.late += 1
+        self.start = min(self.start, span.start_time_unix_nano)
 
     def drop(self) -> None:
         """Keep only the start and count from now on."""
@@ -411,11 +418,14 @@ def stream_traces(
             r = retired[run] = _Retired(start)
         return r
 
+    gone = Fingerprints()  # the traces retired: a span of one that comes late is counted only
+
     def retire(t: _Trace, partial: bool = False) -> None:
         """Let a let-go trace whose root has arrived go entirely (drawing only)."""
         if not keep_bodies or held.get(t.trace_id) is not t:
             return
         del held[t.trace_id]
+        gone.add(t.trace_id)
         r = retired_of(t.run_id, t.start)
         if partial and not r.partial:
             r.drop()
@@ -433,6 +443,9 @@ def stream_traces(
     wanted = trace_id.lower() if trace_id is not None else None
     for s in spans:
         t = held.get(s.trace_id)
+        if t is None and gone and s.trace_id in gone:  # late, after its root: only counted
+            retired_of(_run_of(s, run_key), s.start_time_unix_nano).count_span(s)
+            continue
         if t is None:
             keep = keep_bodies and (wanted is None or s.trace_id.startswith(wanted))
             t = held[s.trace_id] = _Trace(

@@ -168,19 +168,22 @@ def test_drawing_one_of_many_traces_keeps_a_few_summaries_not_one_a_trace():
     def stream():
         for n in range(2000):
             trace, t = f"{n + 1:032x}", (n + 1) * 100
-            yield record("rl.grpo.data_processing", "2" * 16, "1" * 16, t, t + 10, trace)
+            child = record("rl.grpo.data_processing", "2" * 16, "1" * 16, t, t + 10, trace)
+            late = record("rl.worker.generate", "3" * 16, "2" * 16, t, t + 5, trace)
+            yield child
             yield record("rl.grpo.step", "1" * 16, None, t, t + 20, trace, **{"rl.iteration": n})
+            yield late  # another process's span, written after the root: counted, not kept
 
     summaries = stream_traces(stream(), conventions=conventions)
     assert len(summaries) <= RETIRED_KEPT + 2
     assert pick_run(summaries) == (None, [])
     chosen = select_trace(summaries, conventions=conventions)
-    assert chosen.trace_id == f"{1:032x}" and len(chosen.spans) == 2
+    assert chosen.trace_id == f"{1:032x}" and len(chosen.spans) == 3
     found = select_trace(
         stream_traces(stream(), step=1234, conventions=conventions), step=1234,
         conventions=conventions,
     )  # fmt: skip
-    assert found.trace_id == f"{1235:032x}" and len(found.spans) == 2
+    assert found.trace_id == f"{1235:032x}" and len(found.spans) == 3
     with pytest.raises(LookupError) as missing:
         select_trace(
             stream_traces(stream(), step=5000, conventions=conventions), step=5000,
