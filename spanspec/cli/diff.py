@@ -54,6 +54,15 @@ def add(commands: Any) -> None:
         help="the smallest change of the median, in seconds, that is called (default 0.001)",
     )
     diff.add_argument(
+        "--min-share",
+        type=_number(0.0, 100.0),
+        default=1.0,
+        metavar="PCT",
+        help="the smallest change of the median, in percent of the baseline's median step, that "
+        "is called (default 1: a phase far shorter than the step moves that much with the "
+        "machine's load alone)",
+    )
+    diff.add_argument(
         "--last",
         type=int,
         default=5,
@@ -88,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
             alpha=args.alpha,
             warmup=args.warmup,
             min_seconds=args.min_seconds,
+            min_share=args.min_share / 100,
             last=args.last,
             force=args.force,
         )

@@ -9,7 +9,9 @@ each run. A row is called ``slower`` or ``faster`` only when both hold:
   gives ``p < alpha``: the steps of one run are not drawn from the same distribution as the
   other's; and
 - the ratio of the medians (candidate / baseline) is beyond ``1 ± threshold`` and the medians
-  differ by at least ``min_seconds`` (a microsecond phase doubling is not news).
+  differ by at least the noise floor: ``min_seconds``, and ``min_share`` of the baseline step's
+  median (a phase of 2 ms in a 1 s step doubling on a busy machine is not news; the scheduler
+  alone moves it that much).
 
 Otherwise it is ``same``. The first ``warmup`` steps of each run (start-up, first compilation)
 are left out. The run's telemetry cost (spans and trace bytes per step) and the metrics both
@@ -173,8 +175,9 @@ class RunDiff:
             f"method: two-sided Mann-Whitney U over per-step seconds (normal approximation, tie "
             f"and continuity corrections), alpha {m['alpha']}; a row is slower/faster only when "
             f"p < alpha and the ratio of medians is beyond 1 ± {m['threshold']:.0%} and the "
-            f"medians differ by >= {m['min_seconds']} s; first {m['warmup']} step(s) of each run "
-            "left out"
+            f"medians differ by >= {m['floor_seconds']:.4g} s (the larger of {m['min_seconds']} s "
+            f"and {m['min_share']:.0%} of the baseline's median step); first {m['warmup']} "
+            "step(s) of each run left out"
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -334,7 +337,7 @@ def _row(
     cand: Sequence[float],
     threshold: float,
     alpha: float,
-    min_seconds: float,
+    floor: float,
 ) -> Row:
     if not base or not cand:
         verdict = "only in candidate" if cand else "only in baseline"
@@ -346,7 +349,7 @@ def _row(
     ratio = mc / mb if mb > 0 else (math.inf if mc > 0 else 1.0)
     p = mann_whitney_u(cand, base).p
     verdict = "same"
-    if p < alpha and abs(mc - mb) >= min_seconds:
+    if p < alpha and abs(mc - mb) >= floor:
         if ratio > 1 + threshold:
             verdict = "slower"
         elif ratio < 1 - threshold:
@@ -367,6 +370,7 @@ def diff_runs(
     alpha: float = 0.05,
     warmup: int = 1,
     min_seconds: float = 0.001,
+    min_share: float = 0.01,
     last: int = 5,
     force: bool = False,
 ) -> RunDiff:
@@ -389,9 +393,13 @@ def diff_runs(
                 "run more steps or pass a smaller --warmup"
             )
 
+    # The noise floor: a change smaller than this is never a verdict, however significant.
+    step_median = median(baseline.values(("step",), warmup))
+    floor = max(min_seconds, min_share * step_median if math.isfinite(step_median) else 0.0)
+
     def row(kind: str, name: str, depth: int, key: Key) -> Row:
         base, cand = baseline.values(key, warmup), candidate.values(key, warmup)
-        return _row(kind, name, depth, base, cand, threshold, alpha, min_seconds)
+        return _row(kind, name, depth, base, cand, threshold, alpha, floor)
 
     rows = [row("step", "step", 0, ("step",))]
     keys = list(dict.fromkeys([*baseline.samples, *candidate.samples]))
@@ -411,7 +419,7 @@ def diff_runs(
                 if key in candidate.samples
                 else [0.0] * (candidate.steps - warmup)
             )
-            rows.append(_row("bucket", key[1], 0, base, cand, threshold, alpha, min_seconds))
+            rows.append(_row("bucket", key[1], 0, base, cand, threshold, alpha, floor))
     telemetry = []
     for name, fb, fc in (
         ("spans per step", baseline.spans / baseline.steps, candidate.spans / candidate.steps),
@@ -435,6 +443,8 @@ def diff_runs(
         "alpha": alpha,
         "threshold": threshold,
         "min_seconds": min_seconds,
+        "min_share": min_share,
+        "floor_seconds": floor,
         "warmup": warmup,
         "last": last,
         "statistic": "ratio of medians (candidate / baseline)",

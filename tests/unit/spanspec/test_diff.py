@@ -69,9 +69,15 @@ def _span(name: str, trace: str, sid: int, parent: int | None, a: float, b: floa
     return span
 
 
-def write_run(folder: Path, updates: list[float], algorithm: str = "grpo", seed: int = 0) -> Path:
-    """A run of one step per value of ``updates``: data 0.1 s and reward 0.2 s (with a little
-    noise), then an update of that many seconds; one export request per step."""
+def write_run(
+    folder: Path,
+    updates: list[float],
+    algorithm: str = "grpo",
+    seed: int = 0,
+    reward_s: float = 0.2,
+) -> Path:
+    """A run of one step per value of ``updates``: data 0.1 s and reward ``reward_s`` (each with
+    2 % noise), then an update of that many seconds; one export request per step."""
     rng = random.Random(seed)
     folder.mkdir(parents=True, exist_ok=True)
     lines = []
@@ -79,7 +85,7 @@ def write_run(folder: Path, updates: list[float], algorithm: str = "grpo", seed:
         t = 1e6 + 100.0 * i  # a reader skips a span that starts at 0 (1970) as impossible
         trace = f"{seed + 1:08x}{i:024x}"
         data = 0.1 + rng.uniform(-0.002, 0.002)
-        reward = 0.2 + rng.uniform(-0.004, 0.004)
+        reward = reward_s * (1 + rng.uniform(-0.02, 0.02))
         end = t + data + reward + update
         spans = [
             _span(f"rl.{algorithm}.data_processing", trace, 2, 1, t, t + data),
@@ -125,6 +131,26 @@ def test_a_real_change_below_the_threshold_is_the_same(tmp_path):
     assert spanspec_cli("diff", str(base), str(cand)).returncode == 0  # 3% < 5%
     proc = spanspec_cli("diff", str(base), str(cand), "--threshold", "1")
     assert proc.returncode == 1 and "slower: step, rl.grpo.policy_update" in proc.stdout
+
+
+def test_a_short_phase_changing_less_than_the_noise_floor_is_the_same(tmp_path):
+    # The reward phase doubles from 4 ms to 8 ms in a 1.1 s step: significant (every candidate
+    # step is slower), but 0.4 % of the step, below the 1 % floor a busy machine moves it by.
+    base = write_run(tmp_path / "base", _noisy(1.0, 12, 1), seed=1, reward_s=0.004)
+    cand = write_run(tmp_path / "cand", _noisy(1.0, 12, 2), seed=2, reward_s=0.008)
+    proc = spanspec_cli("diff", str(base), str(cand), "--format", "json")
+    assert proc.returncode == 0, proc.stdout
+    out = json.loads(proc.stdout)
+    reward = next(r for r in out["rows"] if r["name"] == "rl.grpo.reward")
+    assert reward["verdict"] == "same" and reward["p"] < 0.05 and reward["ratio"] > 1.9
+    assert out["method"]["min_share"] == 0.01
+    assert 0.0105 < out["method"]["floor_seconds"] < 0.0115  # 1 % of the 1.104 s median step
+    assert "1% of the baseline's median step" in spanspec_cli("diff", str(base), str(cand)).stdout
+    # Without the floor relative to the step, the 4 ms change (above --min-seconds) is called.
+    proc = spanspec_cli("diff", str(base), str(cand), "--min-share", "0")
+    assert proc.returncode == 1 and "slower: rl.grpo.reward" in proc.stdout
+    bad = spanspec_cli("diff", str(base), str(cand), "--min-share", "101")
+    assert bad.returncode == 2 and "--min-share" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_runs_of_the_same_distribution_are_the_same(tmp_path):
