@@ -1,6 +1,7 @@
 """Finding the files a command reads under a folder, reporting what cannot be read as findings;
-and writing a file so that a failure never leaves half of it (:func:`write_atomically`), nor
-blocks on something that is not a regular file (:func:`not_a_regular_file`).
+writing a file so that a failure never leaves half of it (:func:`write_atomically`), nor
+blocks on something that is not a regular file (:func:`not_a_regular_file`); and the run pointer
+(:data:`RUN_POINTER`), which says where a run's parts went when they are not in one folder.
 
 Linked folders are not entered (so a link loop cannot recurse); a folder that cannot be listed,
 and a link that loops or leads nowhere, become a ``file.unreadable`` violation of that path while
@@ -10,20 +11,27 @@ every other file is still found.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import stat
 import tempfile
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from spanspec.findings import Finding
 
 __all__ = [
+    "RUN_POINTER",
+    "PointerError",
+    "RunPointer",
     "broken_link",
     "not_a_regular_file",
     "not_regular_output",
+    "read_run_pointer",
     "walk",
     "write_atomically",
+    "write_run_pointers",
 ]
 
 _KINDS = (
@@ -122,3 +130,172 @@ def walk(
 def _unlistable(exc: OSError, where: str | os.PathLike[str]) -> tuple[Path, Finding]:
     path = str(exc.filename or where)
     return Path(path), Finding("file.unreadable", f"cannot read folder: {exc.strerror}", file=path)
+
+
+# -- the run pointer ------------------------------------------------------------------------------
+
+RUN_POINTER = "spanspec-run.json"
+"""The run pointer's file name. A run pointer is a small JSON object saying where a run's parts
+went when they are not in one folder (a program wrote its traces elsewhere):
+
+- in a run folder, ``{"traces": FOLDER}``: where the run's trace files are;
+- in a trace folder, ``{"runs": {RUN_ID: FOLDER}}``: the run folder (where the run's metrics
+  file is) of each run whose traces are there; ``""`` for a run without an id.
+
+A relative path is relative to the pointer file's folder; :func:`write_run_pointers` writes them
+so, so both folders moved together still point at each other. The readers follow one pointer,
+never a chain."""
+
+
+class PointerError(ValueError):
+    """A run pointer that cannot be read or followed: one line naming the file and the path."""
+
+
+@dataclass(frozen=True)
+class RunPointer:
+    """What a :data:`RUN_POINTER` file says, paths resolved against its folder."""
+
+    file: Path
+    """The pointer file."""
+    traces: Path | None = None
+    """The folder of the run's trace files, if the pointer names one."""
+    runs: Mapping[str, Path] = field(default_factory=dict)
+    """The run folder of each run whose traces are next to the pointer, by run id."""
+    written: Mapping[str, str] = field(default_factory=dict)
+    """Each path as written in the file (``traces``, ``runs.<id>``), for messages."""
+
+    def trace_folder(self) -> Path | None:
+        """The folder ``traces`` points at; None when the pointer names none.
+
+        Raises:
+            PointerError: when that folder does not exist (or is not a folder).
+        """
+        if self.traces is None:
+            return None
+        if not self.traces.is_dir():
+            raise PointerError(self._missing("traces", self.traces))
+        return self.traces
+
+    def run_folder(self, run_id: str | None) -> Path | None:
+        """The run folder of ``run_id`` (None: the run without an id, or the only run named);
+        None when the pointer names none.
+
+        Raises:
+            PointerError: when the folder it names does not exist.
+        """
+        key = run_id if run_id is not None else ""
+        if key not in self.runs:
+            if run_id is not None or len(self.runs) != 1:
+                return None
+            key = next(iter(self.runs))
+        folder = self.runs[key]
+        if not folder.is_dir():
+            raise PointerError(self._missing(f"runs.{key}" if key else "runs", folder))
+        return folder
+
+    def _missing(self, key: str, target: Path) -> str:
+        raw = self.written.get(key, str(target))
+        shown = f"{target} (written {raw!r})" if raw != str(target) else str(target)
+        return (
+            f"{self.file}: {key!r} points to {shown}, which is no folder; move that folder back "
+            f"(a relative path is relative to {self.file.parent}), or fix or delete {self.file}"
+        )
+
+
+def read_run_pointer(folder: str | os.PathLike[str]) -> RunPointer | None:
+    """The run pointer in ``folder``; None when there is none. Nothing is checked to exist.
+
+    Raises:
+        PointerError: when the file cannot be read, is not JSON, or is not an object whose
+            ``traces`` is a path and ``runs`` an object of paths.
+    """
+    file = Path(folder) / RUN_POINTER
+    if not file.exists() and not file.is_symlink():
+        return None
+    what = not_a_regular_file(file)
+    if what:
+        raise PointerError(f"{file}: cannot read the run pointer: {what} is there, not a file")
+    try:
+        with open(file, encoding="utf-8") as f:
+            body = json.load(f)
+    except OSError as exc:
+        raise PointerError(f"{file}: cannot read the run pointer: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise PointerError(
+            f"{file}: the run pointer is not JSON ({exc}); expected "
+            '{"traces": "FOLDER"} or {"runs": {"RUN_ID": "FOLDER"}}; fix or delete it'
+        ) from None
+    expected = 'expected {"traces": "FOLDER"} or {"runs": {"RUN_ID": "FOLDER"}}; fix or delete it'
+    if not isinstance(body, dict):
+        raise PointerError(f"{file}: the run pointer is a JSON {type(body).__name__}; {expected}")
+    base = file.parent
+    written: dict[str, str] = {}
+    traces = body.get("traces")
+    if traces is not None and (not isinstance(traces, str) or not traces.strip()):
+        raise PointerError(f"{file}: 'traces' is {traces!r}, not a path; {expected}")
+    runs = body.get("runs", {})
+    if not isinstance(runs, dict) or not all(
+        isinstance(v, str) and v.strip() for v in runs.values()
+    ):
+        raise PointerError(f"{file}: 'runs' is {runs!r}, not an object of paths; {expected}")
+    if traces is not None:
+        written["traces"] = traces
+    written.update({f"runs.{k}" if k else "runs": v for k, v in runs.items()})
+    return RunPointer(
+        file=file,
+        traces=_resolve(base, traces) if traces is not None else None,
+        runs={str(k): _resolve(base, v) for k, v in runs.items()},
+        written=written,
+    )
+
+
+def _resolve(base: Path, written: str) -> Path:
+    path = Path(written).expanduser()
+    return Path(os.path.normpath(base / path)) if not path.is_absolute() else path
+
+
+def write_run_pointers(
+    run_folder: str | os.PathLike[str], trace_folder: str | os.PathLike[str], run_id: str = ""
+) -> list[Path]:
+    """Make a run folder and the folder its traces went to point at each other: ``traces`` in
+    the run folder's pointer, ``runs.<run_id>`` added to the trace folder's (the other runs it
+    names are kept). Paths are written relative to the pointer's folder (absolute where none
+    leads there, another drive). Nothing is written when the trace folder is the run folder or
+    inside it (the readers find the traces there without a pointer).
+
+    Returns:
+        The pointer files written (none, or two).
+
+    Raises:
+        OSError: when a folder or a pointer cannot be written.
+    """
+    run = Path(run_folder).expanduser().resolve()
+    traces = Path(trace_folder).expanduser().resolve()
+    if traces == run or run in traces.parents:
+        return []
+    run.mkdir(parents=True, exist_ok=True)
+    traces.mkdir(parents=True, exist_ok=True)
+    written = []
+    for folder, key, target in ((run, "traces", traces), (traces, "runs", run)):
+        try:
+            body = json.loads((folder / RUN_POINTER).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            body = {}
+        if not isinstance(body, dict):
+            body = {}
+        value = _relative(target, folder)
+        if key == "runs":
+            runs = body.get("runs")
+            body["runs"] = {**(runs if isinstance(runs, dict) else {}), run_id: value}
+        else:
+            body["traces"] = value
+        write_atomically(folder / RUN_POINTER, json.dumps(body, indent=2, sort_keys=True) + "\n")
+        written.append(folder / RUN_POINTER)
+    return written
+
+
+def _relative(target: Path, start: Path) -> str:
+    try:
+        return os.path.relpath(target, start)
+    except ValueError:  # no relative path between them (another drive)
+        return str(target)

@@ -34,7 +34,7 @@ from nemo_rl.telemetry.identity import RunIdentity
 from spanspec import export, watchdog
 from spanspec import metrics as spanspec_metrics
 from spanspec.export import ExportStats, TelemetryCost, TelemetryHandle
-from spanspec.files import not_regular_output
+from spanspec.files import not_regular_output, write_run_pointers
 from spanspec.settings import Settings, SettingsError, ignored_variables
 from spanspec.spec import Spec
 
@@ -278,6 +278,26 @@ def label_attributes(spec: Spec) -> tuple[str, ...]:
     return (*run, *conventions.lane_attributes)
 
 
+def _point_run_at_traces(run_folder: Path, settings: Settings) -> None:
+    """Where the traces went, kept in the run folder, and the run folder in the trace folder, when
+    ``file_dir`` is not under the run folder: ``spanspec report|view|diff RUN_FOLDER`` then find
+    the traces and the logger's metrics together (the run pointers, ``spanspec-run.json``). A
+    pointer that cannot be written is one warning; the run goes on."""
+    try:
+        if not any(d.startswith("file ") for d in export.planned_destinations(settings)["traces"]):
+            return
+        write_run_pointers(run_folder, settings.file_dir, settings.run_id or "")
+    except (OSError, SettingsError) as exc:
+        _log.warning(
+            "telemetry: cannot write the run pointer in %s or %s (%s); the readers find this "
+            "run's traces in %s, not from the run folder",
+            run_folder,
+            settings.file_dir,
+            getattr(exc, "strerror", None) or exc,
+            settings.file_dir,
+        )
+
+
 def init_telemetry_driver(
     telemetry: TelemetryConfig,
     identity: RunIdentity,
@@ -344,6 +364,8 @@ def init_telemetry_driver(
     _write_env(settings, job_resource)
     _activate(handle, spec)
     _handle, _settings = handle, settings
+    if handle.is_exporting:
+        _point_run_at_traces(identity.run_folder(settings.run_id), settings)
     _log.info(
         "telemetry: %s, %s\n%s",
         "exporting" if handle.is_exporting else f"off ({handle.reason})",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from spanspec.cli._common import UsageError, add_registry_option, reader_spec
@@ -17,7 +18,10 @@ def add(commands: Any) -> None:
         "lane per process, span attributes on click, and the slowest steps.",
     )
     report.add_argument(
-        "path", metavar="PATH", help="a traces.jsonl, the folder holding it, or a run folder"
+        "path",
+        metavar="PATH",
+        help="a traces.jsonl, the folder holding it, or a run folder (its spanspec-run.json, "
+        "if any, says where its traces went)",
     )
     report.add_argument("-o", "--out", metavar="FILE", default="report.html", help="output file")
     report.add_argument("--run-id", metavar="ID", help="the run to show (default: the latest)")
@@ -31,7 +35,8 @@ def add(commands: Any) -> None:
         "--metrics",
         metavar="FILE",
         help="the run's logged scalars, JSON lines of {step, key: value} (default: the "
-        "metrics.jsonl of step rows next to the traces); their curves are drawn",
+        "metrics.jsonl of step rows in PATH, next to the traces, or in the run folder the "
+        "traces' spanspec-run.json names); their curves are drawn",
     )
     report.add_argument(
         "--straggler-threshold",
@@ -46,6 +51,8 @@ def add(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from spanspec.files import RUN_POINTER
+    from spanspec.traces.curves import METRICS_FILE
     from spanspec.traces.report import ReportError, write_report
 
     def spec(spans: Any) -> Any:
@@ -73,6 +80,13 @@ def run(args: argparse.Namespace) -> int:
     )
     for line in data["ranks"]["stragglers"]:
         print(line)
+    if data["metrics_file"] is None:  # say how to get the curves, rather than leave them out
+        print(
+            f"spanspec report: no metric curves: no {METRICS_FILE} of step rows in {args.path}, "
+            f"next to the traces or in a run folder their {RUN_POINTER} names; --metrics FILE "
+            "draws a run's logged scalars",
+            file=sys.stderr,
+        )
     return 0
 
 

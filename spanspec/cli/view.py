@@ -21,7 +21,12 @@ def add(commands: Any) -> None:
         "latest run when the files hold several (as spanspec report). The links of its spans "
         "(work done in other traces) are listed below it.",
     )
-    view.add_argument("file", metavar="FILE")
+    view.add_argument(
+        "file",
+        metavar="FILE",
+        help="a traces.jsonl, the folder holding it, or a run folder (its spanspec-run.json, "
+        "if any, says where its traces went)",
+    )
     pick = view.add_mutually_exclusive_group()
     pick.add_argument("--trace", metavar="ID", help="trace id (a unique prefix is enough)")
     pick.add_argument(
@@ -51,7 +56,7 @@ def add(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from spanspec._text import safe_text, terminal_safe_span
-    from spanspec.traces.otlp_json import TraceStream, read_traces
+    from spanspec.traces.otlp_json import TraceStream, read_traces, trace_files
     from spanspec.traces.view import (
         link_lines,
         pick_run,
@@ -72,6 +77,11 @@ def run(args: argparse.Namespace) -> int:
             else:
                 yield terminal_safe_span(s) if terminal else s
 
+    # Bad input, exit 2: a folder with neither traces nor a run pointer, a pointer gone wrong.
+    _, problems = trace_files(args.file)
+    bad = next((f for f in problems if f.id in ("file.no_traces", "file.bad_pointer")), None)
+    if bad is not None:
+        raise UsageError(safe_text(str(bad)))
     # Drawing needs no registry; steps, runs and lanes are its conventions (neutral without one).
     needed = args.registry is not None or args.step is not None or args.run_id is not None
     first = next(iter(TraceStream(args.file)), None)

@@ -6,8 +6,10 @@ A program that logs its scalars as JSON lines of ``{"step": n, "<key>": value, .
 (``metrics.<name>.from``), in the registry's order, titled with the key as logged. Which curves
 there are is the registry's and the file's business, not this module's: it names no program.
 
-The file is found next to the traces: ``metrics.jsonl`` in the trace file's folder or the run
-folder above it, skipping OTLP files (the file exporter's ``metrics.jsonl`` holds
+The file is found next to the traces: ``metrics.jsonl`` in the folder the reader was given, the
+trace file's folder or the run folder above it, else in the run folder the trace folder's run
+pointer names for the run (:data:`~spanspec.files.RUN_POINTER`: the traces were written away from
+the run folder); OTLP files are skipped (the file exporter's ``metrics.jsonl`` holds
 ``resourceMetrics``, not rows).
 """
 
@@ -19,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from spanspec.files import read_run_pointer
 from spanspec.spec import Spec
 
 __all__ = [
@@ -59,15 +62,31 @@ def _is_rows_file(path: Path) -> bool:
     return isinstance(first, dict) and isinstance(first.get(STEP_KEY), int)
 
 
-def find_metrics_file(trace_files: Sequence[Path]) -> Path | None:
+def find_metrics_file(
+    trace_files: Sequence[Path], given: Path | None = None, run_id: str | None = None
+) -> Path | None:
     """The metrics file of the run the trace files belong to: ``metrics.jsonl`` holding step
-    rows in the first trace file's folder or its parent (the run folder), else None."""
+    rows in ``given`` (the folder a reader was pointed at, when a folder), the first trace file's
+    folder or its parent (the run folder), else in the run folder of ``run_id`` that the trace
+    folder's run pointer names; None when there is none.
+
+    Raises:
+        spanspec.files.PointerError: when the trace folder's run pointer cannot be read, or the
+            run folder it names for the run does not exist.
+    """
     if not trace_files:
         return None
     folder = Path(trace_files[0]).resolve().parent
-    for candidate in (folder / METRICS_FILE, folder.parent / METRICS_FILE):
+    folders = [folder, folder.parent]
+    if given is not None and given.is_dir():
+        folders.insert(0, given)
+    for candidate in (f / METRICS_FILE for f in folders):
         if candidate.is_file() and _is_rows_file(candidate):
             return candidate
+    pointer = read_run_pointer(folder)
+    run_folder = pointer.run_folder(run_id) if pointer is not None else None
+    if run_folder is not None and _is_rows_file(run_folder / METRICS_FILE):
+        return run_folder / METRICS_FILE
     return None
 
 

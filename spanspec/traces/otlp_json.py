@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spanspec.files import walk
+from spanspec.files import RUN_POINTER, PointerError, read_run_pointer, walk
 from spanspec.findings import Finding
 
 __all__ = [
@@ -348,16 +348,33 @@ def _dropped(raw: Mapping[str, Any]) -> int:
 def trace_files(path: str | os.PathLike[str]) -> tuple[list[Path], list[Finding]]:
     """The trace files PATH stands for, and what could not be looked into.
 
-    PATH is a file (itself), a folder holding ``traces.jsonl`` (that file), or a folder above
-    (a run folder holds ``telemetry/traces.jsonl``): every ``traces.jsonl`` below it. A folder
-    below that cannot be listed is a ``file.unreadable`` finding; a folder with no trace file at
-    all is a ``file.no_traces`` violation saying how to get one.
+    PATH is a file (itself), a folder holding ``traces.jsonl`` (that file), a folder whose run
+    pointer (:data:`~spanspec.files.RUN_POINTER`) names a ``traces`` folder (the files of that
+    folder, by this rule but without following a pointer again), or a folder above (a run folder
+    holds ``telemetry/traces.jsonl``): every ``traces.jsonl`` below it. A folder below that cannot
+    be listed is a ``file.unreadable`` finding; a pointer that cannot be read or leads nowhere a
+    ``file.bad_pointer`` violation; a folder with no trace file and no pointer a
+    ``file.no_traces`` violation saying how to get one.
     """
-    p = Path(path)
+    return _trace_files(Path(path), follow=True)
+
+
+def _trace_files(p: Path, follow: bool) -> tuple[list[Path], list[Finding]]:
     if not p.is_dir():
         return [p], []
     if (p / TRACE_FILE).exists():
         return [p / TRACE_FILE], []
+    if follow:
+        try:
+            pointer = read_run_pointer(p)
+            target = pointer.trace_folder() if pointer is not None else None
+        except PointerError as exc:
+            return [], [Finding("file.bad_pointer", str(exc), file=str(p / RUN_POINTER))]
+        if target is not None:
+            files, findings = _trace_files(target, follow=False)
+            if not files and not findings:
+                findings = [_no_traces(target, f"; {p / RUN_POINTER} points here")]
+            return files, findings
     files: list[Path] = []
     findings: list[Finding] = []
     for found, finding in walk(p, (TRACE_FILE,)):
@@ -366,15 +383,17 @@ def trace_files(path: str | os.PathLike[str]) -> tuple[list[Path], list[Finding]
         elif found.name == TRACE_FILE:
             files.append(found)
     if not files and not findings:
-        findings.append(
-            Finding(
-                "file.no_traces",
-                f"no {TRACE_FILE} in this folder or below it; run with telemetry.exporter=file "
-                "(or auto without an OTLP endpoint) to write one",
-                file=str(p),
-            )
-        )
+        findings.append(_no_traces(p, f", and no {RUN_POINTER} saying where they went"))
     return files, findings
+
+
+def _no_traces(folder: Path, why: str) -> Finding:
+    return Finding(
+        "file.no_traces",
+        f"no {TRACE_FILE} in this folder or below it{why}; run with telemetry.exporter=file "
+        "(or auto without an OTLP endpoint) to write one",
+        file=str(folder),
+    )
 
 
 def existing_trace_files(path: str | os.PathLike[str]) -> list[Path]:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from spanspec._text import script_json
-from spanspec.files import write_atomically
+from spanspec.files import PointerError, write_atomically
 from spanspec.spec import TRUNCATED_ATTRIBUTE, Spec
 from spanspec.traces.breakdown import Breakdown, BreakdownFold
 from spanspec.traces.curves import find_metrics_file, metric_curves, read_rows, step_offset
@@ -437,15 +437,17 @@ def write_report(
     (another run), the page adds the comparison of ``spanspec diff`` (this run the candidate),
     both runs' step times on one chart, and the baseline's run id (``data["baseline"]``).
     ``metrics_file`` holds the run's logged scalars per step (default: the ``metrics.jsonl`` of
-    step rows next to the traces, if any): the page draws their curves (``curves``,
-    ``metrics_file`` in the data).
+    step rows in PATH, next to the traces, or in the run folder the trace folder's run pointer
+    names, if any; see :func:`~spanspec.traces.curves.find_metrics_file`): the page draws their
+    curves (``curves``, ``metrics_file`` in the data).
 
     Returns:
         The data the page shows (see :func:`report_data`), plus ``files``.
 
     Raises:
         ReportError: for a missing path, no trace file, unreadable lines, an unknown run id, or
-            no spans at all; for a baseline that ``spanspec diff`` refuses.
+            no spans at all; for a run pointer that cannot be read or leads nowhere; for a
+            baseline that ``spanspec diff`` refuses.
     """
     files = find_trace_files(path)
     first = next(iter(TraceStream(files)), None)
@@ -468,7 +470,14 @@ def write_report(
     if not data["span_count"] and not data["runs"]:
         raise ReportError(f"{files[0]}: the file holds no spans")
     data["files"] = [str(f) for f in files]
-    rows_file = Path(metrics_file) if metrics_file else find_metrics_file(files)
+    try:
+        rows_file = (
+            Path(metrics_file)
+            if metrics_file
+            else find_metrics_file(files, Path(path), data["run_id"])
+        )
+    except PointerError as exc:
+        raise ReportError(str(exc)) from None
     if rows_file is not None and not rows_file.is_file():
         raise ReportError(f"{rows_file}: no such metrics file")
     data["metrics_file"] = str(rows_file) if rows_file else None

@@ -136,7 +136,8 @@ def test_a_folder_without_traces_says_how_to_get_them(folder):
     assert done.returncode == 1
     assert (
         f"{folder}/configs:0:0: violation: file.no_traces: no traces.jsonl in this folder or "
-        "below it; run with telemetry.exporter=file" in done.stdout
+        "below it, and no spanspec-run.json saying where they went; run with "
+        "telemetry.exporter=file" in done.stdout
     )
 
 

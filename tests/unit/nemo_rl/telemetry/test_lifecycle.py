@@ -264,3 +264,33 @@ def test_nothing_raises_when_telemetry_never_started():
     assert telemetry.record_metrics({"train/loss": 1.0}) == 0
     telemetry.record_token_usage(1, 2)
     assert telemetry.shutdown_telemetry() is None
+
+
+def test_traces_written_outside_the_run_folder_are_pointed_at_from_it(tmp_path):
+    run, traces = tmp_path / "runs" / "mine", tmp_path / "scratch" / "tel"
+    telemetry.init_telemetry_driver(config(run_id="r1", file_dir=str(traces)), who(run_dir=run))
+    assert json.loads((run / "spanspec-run.json").read_text()) == {"traces": "../../scratch/tel"}
+    assert json.loads((traces / "spanspec-run.json").read_text()) == {
+        "runs": {"r1": "../../runs/mine"}
+    }
+
+
+def test_no_pointer_where_the_traces_are_in_the_run_folder(tmp_path):
+    telemetry.init_telemetry_driver(config(run_id="r2"), who(run_dir=tmp_path / "run"))
+    assert (tmp_path / "run" / "telemetry").is_dir()
+    assert not list(tmp_path.rglob("spanspec-run.json"))
+
+
+def test_a_pointer_that_cannot_be_written_is_one_warning_and_the_run_goes_on(tmp_path, caplog):
+    run = tmp_path / "run"
+    (run / "spanspec-run.json").mkdir(parents=True)  # a folder where the pointer goes
+    traces = tmp_path / "tel"
+    handle = telemetry.init_telemetry_driver(
+        config(run_id="r3", file_dir=str(traces), span_groups="per_step"), who(run_dir=run)
+    )
+    assert handle.is_exporting
+    (warning,) = [r.getMessage() for r in caplog.records if "run pointer" in r.getMessage()]
+    assert f"cannot write the run pointer in {run} or {traces}" in warning
+    with spanspec.span("rl.grpo.step", **{"rl.iteration": 1}):
+        pass
+    assert telemetry.shutdown_telemetry().spans_exported == 1
