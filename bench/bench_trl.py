@@ -5,10 +5,10 @@
 
 Each run is a fresh ``examples/trl/grpo.py`` process with the ``TelemetryCallback`` (telemetry is
 decided once per process): ``off`` sets ``NEMO_RL_OTEL_ENABLED=false``, ``per_step`` exports
-every per-step span to a file. ``step ms`` is the median of TRL's own per-step ``step_time`` (its
-training_step calls: generation, scoring, loss and backward)
-(logged the same way whether telemetry is on or off) after the first step; ``train s`` is TRL's
-``train_runtime``; ``wall s`` the whole process. The table shows the median run of each mode.
+every per-step span to a file. ``step ms`` is the median, after the first step, of TRL's own
+``step_time`` (its training_step calls: generation, scoring, loss and backward; logged the same
+way whether telemetry is on or off); ``train s`` is TRL's ``train_runtime``; ``wall s`` the whole
+process. The table shows the median run of each mode.
 """
 
 from __future__ import annotations
