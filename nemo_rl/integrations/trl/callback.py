@@ -79,6 +79,8 @@ class TelemetryCallback(TrainerCallback):
         """Starts telemetry, opens the job span and wraps the trainer's phase methods."""
         if self._phases is not None:  # train() called again on the same trainer
             return
+        if int(getattr(args, "world_size", 1)) > 1 and not state.is_world_process_zero:
+            return  # several processes: the main one is traced (a lane per rank is not done)
         trainer = _find_trainer(self)
         if trainer is None:
             _log.warning("telemetry: off: the trainer this callback was given to was not found")
