@@ -199,6 +199,12 @@ def test_logged_scalars_become_registry_metrics(grpo):
     ):
         (point,) = points[metric]  # a gauge: its last value
         assert point["asDouble"] == pytest.approx(grpo.logged(key)[-1]), metric
+    # nemo_rl's logger file beside them, as a nemo_rl run writes it: the report's curves
+    rows = [json.loads(line) for line in (grpo.folder / "metrics.jsonl").read_text().splitlines()]
+    losses = [r["train/loss"] for r in rows if "train/loss" in r]
+    assert losses == pytest.approx(grpo.logged("loss"))
+    assert [r["step"] for r in rows if "train/loss" in r] == [1, 2, 3]
+    assert any("validation/reward" in r for r in rows)  # TRL's eval_reward
 
 
 def test_readers_read_the_runs(grpo, dpo, sft):
@@ -257,6 +263,7 @@ def _phase_rows(rows: list[dict]) -> dict[tuple[str, ...], str]:
 def test_off_exports_nothing_and_trains_the_same(grpo, grpo_off):
     assert not (grpo_off.telemetry / "traces.jsonl").exists()
     assert not (grpo_off.telemetry / "metrics.jsonl").exists()
+    assert not (grpo_off.folder / "metrics.jsonl").exists()
     assert "telemetry:" not in grpo_off.proc.stdout
     assert grpo_off.logged("loss") == grpo.logged("loss")
     assert grpo_off.logged("num_tokens") == grpo.logged("num_tokens")
@@ -279,6 +286,9 @@ def test_dpo_steps_hold_the_update_and_the_reference(dpo):
     assert evaluate["attrs"]["rl.eval.num_samples"] == 4
     assert 0.0 <= evaluate["attrs"]["rl.eval.accuracy"] <= 1.0
     assert [s["name"] for s in spans if s["name"].endswith(".job")] == ["rl.dpo.job"]
+    points = metric_points(dpo.telemetry / "metrics.jsonl")
+    for metric in ("rl.preference.accuracy", "rl.validation.accuracy", "rl.validation.margin"):
+        assert points[metric], metric  # TRL's rewards/accuracies, eval_rewards/margins, ...
 
 
 def test_sft_steps_hold_the_update(sft):

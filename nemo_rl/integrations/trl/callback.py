@@ -67,6 +67,9 @@ class TelemetryCallback(TrainerCallback):
         self._job: Any = None
         self._settings: Any = None
         self._tokens_seen = 0.0
+        self._logger: Any = None
+        self._run_dir = ""
+        self._max_steps = 0
 
     @property
     def phases(self) -> TrainerPhases | None:
@@ -136,6 +139,7 @@ class TelemetryCallback(TrainerCallback):
             shutdown_telemetry()
             return
         self._settings = handle.settings
+        self._run_dir, self._max_steps = str(args.output_dir), int(state.max_steps)
         atexit.register(self._end)  # a run that raised still ends its spans and flushes
         if state.is_world_process_zero:
             print(f"telemetry: {handle.destinations()}", flush=True)
@@ -171,6 +175,9 @@ class TelemetryCallback(TrainerCallback):
         if phases is None:
             return None
         phases.spans.close_all()
+        logger, self._logger = self._logger, None
+        if logger is not None:
+            logger.close()
         return shutdown_telemetry()
 
     def _print_summary(self, args: Any, stats: Any) -> None:
@@ -207,28 +214,43 @@ class TelemetryCallback(TrainerCallback):
     def on_log(
         self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any
     ) -> None:
-        """The logger tee: TRL's logged scalars as the registry's metrics (``train/<key>``
-        through each metric's ``from:`` keys, as nemo_rl's logger records them)."""
-        if self._phases is not None and logs:
-            self._guard.call("recording logged metrics", self._tee, logs)
+        """The logger tee: TRL's logged scalars go through nemo_rl's logger, as a loop's do: to
+        ``<output_dir>/metrics.jsonl`` and the registry's metrics (``train/<key>``, and
+        ``validation/<key>`` for TRL's ``eval_<key>``, through each metric's ``from:`` keys)."""
+        # The run's closing summary (train_runtime, train_loss) is no step's scalars.
+        if self._phases is not None and logs and "train_runtime" not in logs:
+            self._guard.call("recording logged metrics", self._tee, logs, state.global_step)
 
-    def _tee(self, logs: Mapping[str, Any]) -> None:
-        scalars = {
-            k: float(v)
-            for k, v in logs.items()
-            if isinstance(v, int | float) and not isinstance(v, bool) and k != "num_tokens"
-        }
+    def _tee(self, logs: Mapping[str, Any], step: int) -> None:
+        train: dict[str, float] = {}
+        validation: dict[str, float] = {}
+        for key, value in logs.items():
+            if not isinstance(value, int | float) or isinstance(value, bool) or key == "num_tokens":
+                continue
+            if key.startswith("eval_"):  # TRL's evaluation keys: validation/<key>
+                validation[key.removeprefix("eval_")] = float(value)
+            else:
+                train[key] = float(value)
         seen = logs.get("num_tokens")
         if isinstance(seen, int | float):  # TRL logs the tokens seen so far; the counter adds
-            scalars["num_tokens"] = float(seen) - self._tokens_seen
+            train["num_tokens"] = float(seen) - self._tokens_seen
             self._tokens_seen = float(seen)
-        record_metrics(scalars, prefix="train")
-        step = self._phases.spans.find("step") if self._phases is not None else None
-        if step is not None and "loss" in scalars:
+        if self._logger is None:
+            from nemo_rl.utils.logger import Logger, LoggerConfig
+
+            # nemo_rl's logger: <output_dir>/metrics.jsonl (the report's curves) and the
+            # registry's metrics through the same tee as nemo_rl's loops.
+            config = LoggerConfig(log_dir=self._run_dir, tqdm=False)
+            self._logger = Logger(config, self._max_steps, sinks=(record_metrics,))
+        for prefix, scalars in (("train", train), ("validation", validation)):
+            if scalars:
+                self._logger.log(scalars, step, prefix)
+        entry = self._phases.spans.find("step") if self._phases is not None else None
+        if entry is not None and "loss" in train:
             import spanspec
 
-            shown = [f"{k} {scalars[k]:.4g}" for k in ("reward", "loss") if k in scalars]
-            spanspec.annotate(step.span, **{"output.value": ", ".join(shown)})
+            shown = [f"{k} {train[k]:.4g}" for k in ("reward", "loss") if k in train]
+            spanspec.annotate(entry.span, **{"output.value": ", ".join(shown)})
 
 
 def _job_span(algorithm: str, attributes: dict[str, Any]) -> Any:
