@@ -64,12 +64,12 @@ class TelemetryCallback(TrainerCallback):
         self._summary = summary
         self._guard = Guard()
         self._phases: TrainerPhases | None = None
-        self._job: Any = None
         self._settings: Any = None
         self._tokens_seen = 0.0
         self._logger: Any = None
         self._run_dir = ""
         self._max_steps = 0
+        self._started = False  # telemetry started by this callback, to be shut down by it
 
     @property
     def phases(self) -> TrainerPhases | None:
@@ -138,7 +138,7 @@ class TelemetryCallback(TrainerCallback):
         if not handle.is_exporting:
             shutdown_telemetry()
             return
-        self._settings = handle.settings
+        self._settings, self._started = handle.settings, True
         self._run_dir, self._max_steps = str(args.output_dir), int(state.max_steps)
         atexit.register(self._end)  # a run that raised still ends its spans and flushes
         if state.is_world_process_zero:
@@ -149,9 +149,7 @@ class TelemetryCallback(TrainerCallback):
                 flush=True,
             )
         phases = TrainerPhases(trainer, algorithm, self._guard, label)
-        self._job = phases.spans.open(
-            "job", _job_span(algorithm, identity.job_attributes(handle.settings))
-        )
+        phases.spans.open("job", _job_span(algorithm, identity.job_attributes(handle.settings)))
         missing = phases.install()
         if missing:
             _log.warning(
@@ -164,7 +162,7 @@ class TelemetryCallback(TrainerCallback):
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """Closes every span, flushes and prints where the step time went (rank 0)."""
-        if self._phases is None:
+        if not self._started:
             return
         stats = self._guard.call("ending telemetry", self._end)
         if self._summary and state.is_world_process_zero:
@@ -172,13 +170,13 @@ class TelemetryCallback(TrainerCallback):
 
     def _end(self) -> Any:
         phases, self._phases = self._phases, None
-        if phases is None:
-            return None
-        phases.spans.close_all()
+        started, self._started = self._started, False
+        if phases is not None:
+            phases.spans.close_all()
         logger, self._logger = self._logger, None
         if logger is not None:
             logger.close()
-        return shutdown_telemetry()
+        return shutdown_telemetry() if started else None
 
     def _print_summary(self, args: Any, stats: Any) -> None:
         from nemo_rl.telemetry.breakdown import steps_done_lines
