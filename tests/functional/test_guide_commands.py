@@ -36,6 +36,7 @@ PAGES = [
     GUIDE / "watchdog.md",
     GUIDE / "ranks_memory_flops.md",
     GUIDE / "vllm.md",
+    GUIDE / "trl.md",
     GUIDE / "extending.md",
     GUIDE / "instrumenting.md",
     GUIDE / "troubleshooting.md",

@@ -1,0 +1,1 @@
+"""nemo_rl's telemetry in other trainers: :mod:`nemo_rl.integrations.trl` (Hugging Face TRL)."""
