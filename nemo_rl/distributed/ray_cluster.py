@@ -136,7 +136,7 @@ def init_ray(num_cpus: int = 4, address: str | None = None) -> dict[str, Any]:
         if address:
             ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
         else:
-            from nemo_rl.distributed.ray_reaper import clean_orphans, start_reaper
+            from nemo_rl.distributed.ray_reaper import clean_orphans, mark_run, start_reaper
 
             if ended := clean_orphans():
                 print(
@@ -146,6 +146,8 @@ def init_ray(num_cpus: int = 4, address: str | None = None) -> dict[str, Any]:
                     file=sys.stderr,
                     flush=True,
                 )
+            # Every process the cluster starts inherits the marker; the reaper ends them by it.
+            marker = mark_run()
             # Ray turns token auth on for a new local cluster, as it should, and says so on every
             # run; nothing for the user to do, so the notice is not shown (RAY_AUTH_MODE still
             # chooses, and Ray's other warnings pass).
@@ -162,7 +164,7 @@ def init_ray(num_cpus: int = 4, address: str | None = None) -> dict[str, Any]:
                     configure_logging=False,
                 )
             # If this driver is killed (SIGKILL), nothing of it runs to stop Ray's helpers.
-            start_reaper(ray._private.worker._global_node.get_session_dir_path())
+            start_reaper(marker)
     for sig, previous in found.items():  # SIGHUP and SIGINT too: the entry point handles them
         if callable(previous) and signal.getsignal(sig) is not previous:
             signal.signal(sig, previous)

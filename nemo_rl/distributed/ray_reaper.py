@@ -2,50 +2,46 @@
 
 A local cluster's helpers (``ray::DashboardAgent``, ``ray::RuntimeEnvAgent``, idle workers) are
 re-parented to init and stay when the driver is killed with SIGKILL: nothing of the driver runs
-to stop them. Two guards:
+to stop them. A run's processes are told apart by a marker, not by their names or command lines:
+before the cluster starts, the driver puts ``NEMO_RL_RUN_MARKER=<pid>-<random>`` in its
+environment, and every process it starts from then on (GCS, raylet, Ray's agents, workers, the
+engines and tools they start) inherits it; ``/proc/PID/environ`` shows it. Two guards:
 
 - :func:`start_reaper`: a small process, in its own session, that waits for the driver to end
-  and then ends every process of that Ray session left behind (within a few seconds); after a
-  clean ``ray.shutdown`` it finds nothing.
-- :func:`clean_orphans`: at the next start, processes of a Ray session whose raylet is gone and
-  whose parent is init are ended, and the run says how many.
+  and then ends every process carrying the run's marker (within a few seconds); after a clean
+  ``ray.shutdown`` it finds nothing.
+- :func:`clean_orphans`: at the next start (should the reaper have been killed too), the
+  processes of a marker whose driver is gone are ended, and the run says how many.
 
-A session's processes are told apart by its folder (``.../session_<date>_<pid>``), which each of
-them names on its command line, and their children.
-
-Run as ``python -m nemo_rl.distributed.ray_reaper DRIVER_PID SESSION_DIR``.
+Run as ``python -m nemo_rl.distributed.ray_reaper DRIVER_PID MARKER``.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
-__all__ = ["clean_orphans", "start_reaper"]
+__all__ = ["MARKER_ENV", "clean_orphans", "mark_run", "marked_processes", "start_reaper"]
 
-_SESSION = re.compile(r"(/[^\s'\"=]*/session_\d{4}-\d\d-\d\d_[\d-]+_[\d_]+)")
+MARKER_ENV = "NEMO_RL_RUN_MARKER"
+_MARKER_KEY = MARKER_ENV.encode() + b"="
 
 
-def _cmdline(pid: int) -> str:
+def _marker(pid: int) -> str | None:
+    """The run marker in ``pid``'s environment (as it was when the process started), if any."""
     try:
-        return (
-            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        )
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
     except OSError:
-        return ""
-
-
-def _ppid(pid: int) -> int:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return int(stat.rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return -1
+        return None
+    for entry in environ.split(b"\0"):
+        if entry.startswith(_MARKER_KEY):
+            return entry[len(_MARKER_KEY) :].decode(errors="replace")
+    return None
 
 
 def _own_processes() -> list[int]:
@@ -61,16 +57,20 @@ def _own_processes() -> list[int]:
     return out
 
 
-def session_processes(session_dir: str) -> list[int]:
-    """The live processes of the Ray session in ``session_dir``, and their children."""
-    pids = _own_processes()
-    found = {p for p in pids if session_dir in _cmdline(p)}
-    grew = True
-    while grew:
-        children = {p for p in pids if _ppid(p) in found} - found
-        grew = bool(children)
-        found |= children
-    return sorted(found)
+def mark_run() -> str:
+    """Give the processes this one starts from now on a fresh run marker; returns it.
+
+    Always a new one: a run started by another run (a teacher trained first, a test's driver)
+    gets a marker of its own, so reaping one never ends the other.
+    """
+    marker = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    os.environ[MARKER_ENV] = marker
+    return marker
+
+
+def marked_processes(marker: str) -> list[int]:
+    """The live processes (of this user, this one left out) whose environment holds ``marker``."""
+    return sorted(p for p in _own_processes() if _marker(p) == marker and _alive(p))
 
 
 def _end(pids: list[int], grace_s: float = 3.0) -> None:
@@ -94,36 +94,33 @@ def _alive(pid: int) -> bool:
 
 
 def clean_orphans() -> list[int]:
-    """End the processes of Ray sessions left by a driver killed earlier: a session none of whose
-    processes is a raylet any more, whose processes' parent is init. Returns their pids."""
-    sessions: dict[str, list[int]] = {}
+    """End the processes of runs whose driver is gone: the driver's pid leads each marker, so a
+    marker whose driver is no longer alive is a run nothing will stop. Returns their pids."""
+    runs: dict[str, list[int]] = {}
     for pid in _own_processes():
-        cmd = _cmdline(pid)
-        if not cmd.startswith("ray::") and "ray" not in cmd:
-            continue
-        match = _SESSION.search(cmd)
-        if match:
-            sessions.setdefault(match.group(1), []).append(pid)
+        marker = _marker(pid)
+        if marker and _alive(pid):
+            runs.setdefault(marker, []).append(pid)
     ended: list[int] = []
-    for session, pids in sessions.items():
-        if any("raylet" in _cmdline(p).split(" ", 1)[0] for p in pids):
-            continue  # a live cluster
-        if not all(_ppid(p) == 1 for p in pids):
-            continue  # its driver (or a reaper) is still about
-        left = session_processes(session)
-        _end(left)
-        ended += left
-    return ended
+    for marker, pids in runs.items():
+        driver = marker.split("-", 1)[0]
+        if not driver.isdigit() or _alive(int(driver)):
+            continue  # not one of ours, or its driver is still about
+        _end(pids)
+        ended += pids
+    return sorted(ended)
 
 
-def start_reaper(session_dir: str) -> subprocess.Popen | None:
-    """Start the process that ends ``session_dir``'s Ray processes once this process is gone."""
+def start_reaper(marker: str) -> subprocess.Popen | None:
+    """Start the process that ends the processes marked ``marker`` once this process is gone."""
     try:
         return subprocess.Popen(
-            [sys.executable, "-m", "nemo_rl.distributed.ray_reaper", str(os.getpid()), session_dir],
+            [sys.executable, "-m", "nemo_rl.distributed.ray_reaper", str(os.getpid()), marker],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            # Unmarked: it is not one of the processes it looks for, and it ends by itself.
+            env={k: v for k, v in os.environ.items() if k != MARKER_ENV},
             start_new_session=True,  # a Ctrl-C or SIGHUP to the run's group does not reach it
             close_fds=True,
         )
@@ -131,11 +128,13 @@ def start_reaper(session_dir: str) -> subprocess.Popen | None:
         return None
 
 
-def _reap(driver: int, session_dir: str) -> None:
+def _reap(driver: int, marker: str) -> None:
     while _alive(driver):
         time.sleep(0.5)
     time.sleep(1.0)  # a clean ray.shutdown is already done; a killed driver's raylet follows it
-    _end(session_processes(session_dir))
+    # Twice: a worker that was starting when the first pass looked may have forked since.
+    for _ in range(2):
+        _end(marked_processes(marker))
 
 
 if __name__ == "__main__":

@@ -2,13 +2,15 @@
 answers), SIGTERM to a worker, kill -9 of a worker. Each ends with one line on stderr, the exit
 code that says what happened, the trace file complete, and no Ray process of the run left.
 
-Each run gets its own ``RAY_TMPDIR`` so its Ray processes (raylet, GCS, agents, workers) can be
-told from any other cluster on the machine: they all carry the session folder on their command
-line or are children of the raylet that does.
+A run's processes (raylet, GCS, Ray's agents, workers) are told from any other on the machine by
+the marker the run puts in their environment (``NEMO_RL_RUN_MARKER``, read from
+``/proc/PID/environ``), never by name: the test reads it from a process the driver started.
+Each run also gets its own short ``RAY_TMPDIR`` (Ray's socket paths).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -51,13 +53,27 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-def _ray_processes(ray_tmp: str) -> list[int]:
-    """The processes of this run's Ray session: those naming its folder, and their children."""
-    out = subprocess.run(["pgrep", "-f", ray_tmp], capture_output=True, text=True).stdout
-    found = {int(p) for p in out.split()} - {os.getpid()}
-    for pid in list(found):
-        found.update(_children(pid))
-    return sorted(p for p in found if _cmdline(p))
+def _marker(pid: int) -> str | None:
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    found = [e.split(b"=", 1)[1].decode() for e in environ if e.startswith(b"NEMO_RL_RUN_MARKER=")]
+    return found[0] if found else None
+
+
+def _marked(marker: str) -> list[int]:
+    """The live processes whose environment holds ``marker`` (zombies are gone in all but name)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and _marker(int(entry)) == marker:
+            try:
+                state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if state != "Z":
+                out.append(int(entry))
+    return sorted(out)
 
 
 class Run:
@@ -67,7 +83,9 @@ class Run:
         self.log_dir = tmp / "run"
         self.ray_tmp = tempfile.mkdtemp(prefix="rs", dir="/tmp")  # short: socket paths
         full_env = {
-            k: v for k, v in os.environ.items() if not k.startswith(("NEMO_RL_OTEL_", "OTEL_"))
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("NEMO_RL_OTEL_", "OTEL_")) and k != "NEMO_RL_RUN_MARKER"
         }
         full_env.update(env or {}, RAY_TMPDIR=self.ray_tmp)
         self.stderr_path = tmp / "stderr"
@@ -79,19 +97,33 @@ class Run:
             stderr=self.stderr_path.open("w"),
             text=True,
         )
+        self._marker: str | None = None
+
+    @property
+    def marker(self) -> str:
+        """The marker the run put in its processes' environment (read from one the driver started)."""
+        if self._marker is None:
+            found = {_marker(p) for p in _children(self.proc.pid)} - {None}
+            assert len(found) == 1, f"the driver's children carry markers {found}"
+            self._marker = found.pop()
+        return self._marker
+
+    def processes(self) -> list[int]:
+        return _marked(self.marker)
 
     def wait_for_step(self, timeout: float = 240) -> None:
         metrics = self.log_dir / "metrics.jsonl"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if metrics.exists() and metrics.read_text().strip():
+                self.marker  # noqa: B018 (read while the driver, and so its children, are up)
                 return
             assert self.proc.poll() is None, self.stderr_path.read_text()
             time.sleep(0.5)
         raise AssertionError("no step finished in time")
 
     def worker(self, class_name: str) -> int:
-        for pid in _ray_processes(self.ray_tmp):
+        for pid in self.processes():
             if _cmdline(pid).startswith(f"ray::{class_name}"):
                 return pid
         raise AssertionError(f"no {class_name} process")
@@ -101,10 +133,15 @@ class Run:
         return self.proc.returncode, self.stderr_path.read_text()
 
     def close(self) -> None:
+        if self._marker is None and self.proc.poll() is None:
+            with contextlib.suppress(AssertionError):
+                self.marker  # noqa: B018 (read while the driver's children are its own)
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
-        for pid in _ray_processes(self.ray_tmp):  # never leave a cluster behind a failed test
+        for pid in (
+            _marked(self._marker) if self._marker else []
+        ):  # never leave a cluster behind a failed test
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
@@ -143,9 +180,9 @@ def _assert_steps_done_reported(run: Run) -> None:
 
 def _assert_no_ray_left(run: Run) -> None:
     deadline = time.monotonic() + 10
-    while _ray_processes(run.ray_tmp) and time.monotonic() < deadline:
+    while run.processes() and time.monotonic() < deadline:
         time.sleep(0.5)
-    left = {p: _cmdline(p) for p in _ray_processes(run.ray_tmp)}
+    left = {p: _cmdline(p) for p in run.processes()}
     assert not left, f"Ray processes left behind: {left}"
 
 
@@ -247,11 +284,13 @@ def test_kill_9_of_the_driver_leaves_no_ray_process_for_long(tmp_path, runs):
     run = Run(tmp_path, f"logger.log_dir={tmp_path}/run")
     runs.append(run)
     run.wait_for_step()
-    assert _ray_processes(run.ray_tmp)
+    # Ray's agents and the run's workers carry the marker, not only what the driver started.
+    started = {_cmdline(p).split(" ", 1)[0].split(".")[0] for p in run.processes()}
+    assert {"ray::DashboardAgent", "ray::RuntimeEnvAgent", "ray::PolicyWorker"} <= started, started
     run.proc.kill()
     run.proc.wait()
     deadline = time.monotonic() + 30
-    while _ray_processes(run.ray_tmp) and time.monotonic() < deadline:
+    while run.processes() and time.monotonic() < deadline:
         time.sleep(1)
-    left = {p: _cmdline(p) for p in _ray_processes(run.ray_tmp)}
+    left = {p: _cmdline(p) for p in run.processes()}
     assert not left, f"Ray processes left 30 s after kill -9 of the driver: {left}"

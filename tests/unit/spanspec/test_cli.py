@@ -115,7 +115,7 @@ def test_groups():
     done = run("groups", "per_step,-generation")
     assert done.returncode == 0
     lines = done.stdout.splitlines()
-    assert lines[0] == "'per_step,-generation': 15 of 19 groups, 67 of 96 spans enabled"
+    assert lines[0] == "'per_step,-generation': 15 of 19 groups, 68 of 97 spans enabled"
     assert any(line.split() == ["step", "-", "preset", "per_step", "7"] for line in lines)
     assert "disabled groups: job, generation, load_checkpoint, model_init" in lines
     assert any(
