@@ -31,6 +31,10 @@ ruff check .
 ruff format --check .
 spanspec check schemas/span_groups.yaml examples/configs --code spanspec --code nemo_rl --code examples --require-used 'rl.grpo.*' --require-used 'rl.sft.*' --require-used 'rl.dpo.*' --require-used 'rl.rm.*' --require-used 'rl.async_grpo.*' --require-used 'rl.ppo.*' --require-used 'rl.distillation.*'
 spanspec check examples/pipeline/registry.yaml --code examples/pipeline --require-used 'pipeline.*'
+# Two test files at a time (PYTEST_WORKERS, 0 for one process): most of a run test's time is
+# waiting on its subprocesses, so two fill two cores; a file stays on one worker, so the runs a
+# module's tests share are made once.
+set -- -n "${PYTEST_WORKERS:-2}" --dist loadfile "$@"
 if [ "$(id -u)" = 0 ] && unshare -n true 2>/dev/null; then
   exec unshare -n bash -c 'ip link set lo up && exec python -m pytest "$@"' pytest "$@"
 fi

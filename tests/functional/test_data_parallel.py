@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -337,27 +339,39 @@ def two_nodes(tmp_path_factory):
     from ray.cluster_utils import Cluster
 
     saved = os.environ.get("RAY_TMPDIR")
-    # Its own temp folder: a plain ray.init() elsewhere on the machine must not join it.
-    os.environ["RAY_TMPDIR"] = str(tmp_path_factory.mktemp("ray"))
-    common = {"num_cpus": 2, "node_ip_address": "127.0.0.1", "object_store_memory": 100 * 2**20}
-    cluster = Cluster(initialize_head=True, head_node_args={**common, "include_dashboard": False})
-    cluster.add_node(**common)
-    cluster.wait_for_nodes()
-    from nemo_rl.distributed import unreachable
-
-    if why := unreachable(cluster.address):
-        cluster.shutdown()
-        # Ray dials 127.0.0.1 at the machine's network address; scripts/test.sh runs the tests
-        # in a loopback-only namespace, where that address is 127.0.0.1.
-        pytest.skip(f"a run cannot join a loopback-only cluster outside a network namespace: {why}")
+    # Its own temp folder: a plain ray.init() elsewhere on the machine must not join it. Short
+    # (Ray's socket paths have at most 107 bytes) and out of the environment whatever happens.
+    ray_tmp = tempfile.mkdtemp(prefix="rn", dir="/tmp")
+    os.environ["RAY_TMPDIR"] = ray_tmp
     try:
-        yield cluster
+        common = {
+            "num_cpus": 2,
+            "node_ip_address": "127.0.0.1",
+            "object_store_memory": 100 * 2**20,
+        }
+        cluster = Cluster(
+            initialize_head=True, head_node_args={**common, "include_dashboard": False}
+        )
+        try:
+            cluster.add_node(**common)
+            cluster.wait_for_nodes()
+            from nemo_rl.distributed import unreachable
+
+            if why := unreachable(cluster.address):
+                # Ray dials 127.0.0.1 at the machine's network address; scripts/test.sh runs the
+                # tests in a loopback-only namespace, where that address is 127.0.0.1.
+                pytest.skip(
+                    f"a run cannot join a loopback-only cluster outside a network namespace: {why}"
+                )
+            yield cluster
+        finally:
+            cluster.shutdown()
     finally:
-        cluster.shutdown()
         if saved is None:
             os.environ.pop("RAY_TMPDIR", None)
         else:
             os.environ["RAY_TMPDIR"] = saved
+        shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
 def test_policy_ranks_spread_over_two_nodes_each_exporting(two_nodes, tmp_path):

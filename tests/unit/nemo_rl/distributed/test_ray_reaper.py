@@ -62,8 +62,9 @@ def test_clean_orphans_ends_a_run_whose_driver_is_gone_and_spares_a_live_one():
     orphans = [_start(f"{dead}-testorphan", orphan=True) for _ in range(2)]
     live = _start(f"{os.getpid()}-testlive", orphan=True)
     try:
+        # (another run starting meanwhile may end the orphans first: they must be gone either way)
         ended = ray_reaper.clean_orphans()
-        assert set(orphans) <= set(ended) and live not in ended
+        assert live not in ended
         assert not _wait_gone(orphans)
         assert ray_reaper._alive(live)
     finally:
