@@ -24,14 +24,14 @@ import json
 import math
 import os
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from spanspec.spec import Spec
 from spanspec.traces.otlp_json import TraceStream, attribute_value, existing_trace_files
-from spanspec.traces.stats import mann_whitney_u, median
+from spanspec.traces.stats import mann_whitney_u, median, sorted_array
 from spanspec.traces.steps import StepTimes, iter_steps
 
 __all__ = ["DiffError", "Row", "RunDiff", "RunSide", "diff_runs", "read_run"]
@@ -45,6 +45,43 @@ class DiffError(Exception):
 
 Key = tuple[Any, ...]  # ("step",), ("phase", path), ("bucket", name)
 
+_NO_NUMBER = -(2**63)  # a step without a step number, in an array("q")
+
+
+class Iterations(Sequence[int | None]):
+    """A run's step numbers, in step order: 8 bytes a step (a list would hold an int object
+    each), ``None`` where a step has no number."""
+
+    def __init__(self, numbers: Iterable[int | None] = ()) -> None:
+        self._numbers = array("q")
+        for n in numbers:
+            self.append(n)
+
+    def append(self, number: int | None) -> None:
+        fits = number is not None and _NO_NUMBER < number < 2**63
+        self._numbers.append(number if fits else _NO_NUMBER)  # type: ignore[arg-type]
+
+    def __len__(self) -> int:
+        return len(self._numbers)
+
+    @overload
+    def __getitem__(self, index: int) -> int | None: ...
+    @overload
+    def __getitem__(self, index: slice) -> Iterations: ...
+    def __getitem__(self, index: int | slice) -> int | Iterations | None:
+        if isinstance(index, slice):
+            part = Iterations()
+            part._numbers = self._numbers[index]
+            return part
+        n = self._numbers[index]
+        return None if n == _NO_NUMBER else n
+
+    def __iter__(self) -> Iterator[int | None]:
+        return (None if n == _NO_NUMBER else n for n in self._numbers)
+
+    def __eq__(self, other: object) -> bool:
+        return list(self) == list(other) if isinstance(other, Sequence) else NotImplemented
+
 
 @dataclass
 class RunSide:
@@ -57,7 +94,7 @@ class RunSide:
     steps: int
     step_names: list[str]
     samples: dict[Key, array] = field(default_factory=dict)
-    iterations: list[int | None] = field(default_factory=list)
+    iterations: Sequence[int | None] = field(default_factory=Iterations)
     files: list[str] = field(default_factory=list)
     spans: int = 0
     bytes: int = 0
@@ -87,7 +124,7 @@ class _SideFold:
     def __init__(self) -> None:
         self.samples: dict[Key, array] = {}
         self.starts = array("Q")  # 8 bytes a step, not a Python int
-        self.iterations: list[int | None] = []
+        self.iterations = Iterations()
         self.names: set[str] = set()
         self.spans = 0
 
@@ -118,7 +155,7 @@ class _SideFold:
         else:
             order = sorted(range(len(starts)), key=starts.__getitem__)
             samples = {k: array("d", (v[i] for i in order)) for k, v in self.samples.items()}
-            iterations = [self.iterations[i] for i in order]
+            iterations = Iterations(self.iterations[i] for i in order)
         return RunSide(
             path=path,
             run_id=run_id,
@@ -333,30 +370,44 @@ def _row(
     kind: str,
     name: str,
     depth: int,
-    base: Sequence[float],
-    cand: Sequence[float],
+    base: Callable[[], array],
+    cand: Callable[[], array],
     threshold: float,
     alpha: float,
     floor: float,
 ) -> Row:
-    if not base or not cand:
-        verdict = "only in candidate" if cand else "only in baseline"
-        return Row(
-            kind, name, depth, len(base), len(cand),
-            _mean(base), _mean(cand), median(base), median(cand), None, None, verdict,
-        )  # fmt: skip
-    mb, mc = median(base), median(cand)
+    """One row's verdict. ``base`` and ``cand`` give the row's per-step seconds: each sample is
+    read, averaged and sorted (8 bytes a step) one at a time, so a row of millions of steps holds
+    two sorted samples and nothing else."""
+    mean_b, sorted_b = _mean_sorted(base)
+    mean_c, sorted_c = _mean_sorted(cand)
+    mb, mc = median(sorted_b, presorted=True), median(sorted_c, presorted=True)
+    nb, nc = len(sorted_b), len(sorted_c)
+    if not nb or not nc:
+        verdict = "only in candidate" if nc else "only in baseline"
+        return Row(kind, name, depth, nb, nc, mean_b, mean_c, mb, mc, None, None, verdict)
     ratio = mc / mb if mb > 0 else (math.inf if mc > 0 else 1.0)
-    p = mann_whitney_u(cand, base).p
+    p = mann_whitney_u(sorted_c, sorted_b, presorted=True).p
     verdict = "same"
     if p < alpha and abs(mc - mb) >= floor:
         if ratio > 1 + threshold:
             verdict = "slower"
         elif ratio < 1 - threshold:
             verdict = "faster"
-    return Row(
-        kind, name, depth, len(base), len(cand), _mean(base), _mean(cand), mb, mc, ratio, p, verdict
-    )
+    return Row(kind, name, depth, nb, nc, mean_b, mean_c, mb, mc, ratio, p, verdict)
+
+
+def _mean_sorted(load: Callable[[], array]) -> tuple[float, array]:
+    values = load()
+    return _mean(values), sorted_array(values)
+
+
+def _zero_filled(side: RunSide, key: Key, warmup: int) -> array:
+    """The row's seconds after ``warmup``, 0.0 for a step without it (8 bytes a step)."""
+    got = side.samples.get(key)
+    if got is None:
+        return array("d", bytes(8 * max(0, side.steps - warmup)))
+    return array("d", (0.0 if math.isnan(v) else v for v in got[warmup:]))
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -398,8 +449,19 @@ def diff_runs(
     floor = max(min_seconds, min_share * step_median if math.isfinite(step_median) else 0.0)
 
     def row(kind: str, name: str, depth: int, key: Key) -> Row:
-        base, cand = baseline.values(key, warmup), candidate.values(key, warmup)
-        return _row(kind, name, depth, base, cand, threshold, alpha, floor)
+        return _row(
+            kind, name, depth,
+            lambda: baseline.values(key, warmup), lambda: candidate.values(key, warmup),
+            threshold, alpha, floor,
+        )  # fmt: skip
+
+    def bucket_row(key: Key) -> Row:
+        return _row(
+            "bucket", key[1], 0,
+            lambda: _zero_filled(baseline, key, warmup),
+            lambda: _zero_filled(candidate, key, warmup),
+            threshold, alpha, floor,
+        )  # fmt: skip
 
     rows = [row("step", "step", 0, ("step",))]
     keys = list(dict.fromkeys([*baseline.samples, *candidate.samples]))
@@ -409,17 +471,7 @@ def diff_runs(
     for key in keys:
         if key[0] == "bucket":
             # A step without a bucket spent no time in it.
-            base = (
-                [0.0 if math.isnan(v) else v for v in baseline.samples[key][warmup:]]
-                if key in baseline.samples
-                else [0.0] * (baseline.steps - warmup)
-            )
-            cand = (
-                [0.0 if math.isnan(v) else v for v in candidate.samples[key][warmup:]]
-                if key in candidate.samples
-                else [0.0] * (candidate.steps - warmup)
-            )
-            rows.append(_row("bucket", key[1], 0, base, cand, threshold, alpha, floor))
+            rows.append(bucket_row(key))
     telemetry = []
     for name, fb, fc in (
         ("spans per step", baseline.spans / baseline.steps, candidate.spans / candidate.steps),

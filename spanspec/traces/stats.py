@@ -7,22 +7,35 @@ correction of 0.5 (as ``scipy.stats.mannwhitneyu(..., method="asymptotic")`` com
 
 from __future__ import annotations
 
+import heapq
 import math
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["MannWhitney", "mann_whitney_u", "median"]
+__all__ = ["MannWhitney", "mann_whitney_u", "median", "sorted_array"]
+
+_CHUNK = 1 << 16
 
 
-def _sorted(values: Sequence[float]) -> array:
-    """``values`` sorted, as an array of doubles."""
-    return array("d", sorted(map(float, values)))
+def sorted_array(values: Sequence[float]) -> array:
+    """``values`` sorted, as an array of doubles (8 bytes a value). A long sample is sorted in
+    chunks of 65,536 and merged, so no list of millions of float objects (32 bytes each) is held
+    on the way: a comparison of two runs of millions of steps stays within the readers' memory.
+    NaN, which orders against nothing, is for the caller to leave out."""
+    if len(values) <= _CHUNK:
+        return array("d", sorted(map(float, values)))
+    runs = [
+        array("d", sorted(map(float, values[i : i + _CHUNK])))
+        for i in range(0, len(values), _CHUNK)
+    ]
+    return array("d", heapq.merge(*runs))
 
 
-def median(values: Sequence[float]) -> float:
-    """The median of ``values`` (the mean of the two middle ones for an even count); NaN for none."""
-    ordered = sorted(values)
+def median(values: Sequence[float], presorted: bool = False) -> float:
+    """The median of ``values`` (the mean of the two middle ones for an even count); NaN for none.
+    ``presorted``: ``values`` are in order already (:func:`sorted_array`)."""
+    ordered = values if presorted else sorted_array(values)
     n = len(ordered)
     if not n:
         return math.nan
@@ -41,12 +54,14 @@ class MannWhitney:
     p: float
 
 
-def mann_whitney_u(a: Sequence[float], b: Sequence[float]) -> MannWhitney:
+def mann_whitney_u(a: Sequence[float], b: Sequence[float], presorted: bool = False) -> MannWhitney:
     """Two-sided Mann-Whitney U test of ``a`` against ``b``, by the normal approximation.
 
     Ranks the pooled values (ties get their mean rank), ``U_a = R_a - n_a(n_a+1)/2``; its variance
     under the null hypothesis is ``n_a n_b / 12 * ((n+1) - sum(t^3 - t) / (n(n-1)))`` for tie
     groups of size ``t``; ``z = (|U_a - n_a n_b / 2| - 0.5) / sd`` and ``p = erfc(z / sqrt 2)``.
+
+    ``presorted``: both samples are in order already (:func:`sorted_array`).
 
     Returns:
         The :class:`MannWhitney` result; ``p`` is 1.0 when a sample is empty or every value is
@@ -57,7 +72,7 @@ def mann_whitney_u(a: Sequence[float], b: Sequence[float]) -> MannWhitney:
         return MannWhitney(0.0, 0.0, 1.0)
     # Ranks of the pooled values by a merge of the two samples sorted (a few bytes a value,
     # not a pooled list of pairs): ties, within a sample or across, share their mean rank.
-    sa, sb = _sorted(a), _sorted(b)
+    sa, sb = (a, b) if presorted else (sorted_array(a), sorted_array(b))
     rank_a = 0.0
     ties = 0.0
     i = j = done = 0
