@@ -37,8 +37,8 @@ spanspec check examples/pipeline/registry.yaml --code examples/pipeline --requir
 set -- -n "${PYTEST_WORKERS:-2}" --dist loadfile "$@"
 # Two runs at once on two cores: torch's OpenMP threads, spinning while they wait for a core the
 # other run holds, make a tiny GRPO step 50x slower (11.4 s instead of 0.2 s, measured with one
-# core busy). Passive waiting gives the core back; on an idle machine it costs this tiny model
-# about a third of its step, which no test measures.
+# core busy). Passive waiting gives the core back; on an idle machine it makes this tiny model's
+# step about 1.5x slower (0.18 -> 0.26-0.34 s), which no test measures.
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 if [ "$(id -u)" = 0 ] && unshare -n true 2>/dev/null; then
   exec unshare -n bash -c 'ip link set lo up && exec python -m pytest "$@"' pytest "$@"

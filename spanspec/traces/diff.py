@@ -448,18 +448,14 @@ def diff_runs(
     step_median = median(baseline.values(("step",), warmup))
     floor = max(min_seconds, min_share * step_median if math.isfinite(step_median) else 0.0)
 
-    def row(kind: str, name: str, depth: int, key: Key) -> Row:
+    def row(
+        kind: str, name: str, depth: int, key: Key,
+        load: Callable[[RunSide, Key, int], array] = RunSide.values,
+    ) -> Row:  # fmt: skip
+        """``load(side, key, warmup)`` gives a side's seconds of the row (one side at a time)."""
         return _row(
             kind, name, depth,
-            lambda: baseline.values(key, warmup), lambda: candidate.values(key, warmup),
-            threshold, alpha, floor,
-        )  # fmt: skip
-
-    def bucket_row(key: Key) -> Row:
-        return _row(
-            "bucket", key[1], 0,
-            lambda: _zero_filled(baseline, key, warmup),
-            lambda: _zero_filled(candidate, key, warmup),
+            lambda: load(baseline, key, warmup), lambda: load(candidate, key, warmup),
             threshold, alpha, floor,
         )  # fmt: skip
 
@@ -471,7 +467,7 @@ def diff_runs(
     for key in keys:
         if key[0] == "bucket":
             # A step without a bucket spent no time in it.
-            rows.append(bucket_row(key))
+            rows.append(row("bucket", key[1], 0, key, _zero_filled))
     telemetry = []
     for name, fb, fc in (
         ("spans per step", baseline.spans / baseline.steps, candidate.spans / candidate.steps),
