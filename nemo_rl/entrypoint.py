@@ -278,9 +278,11 @@ def _worker_errors() -> tuple[type[BaseException], ...]:
 def _worker_failure(e: BaseException) -> tuple[str, int]:
     """One line naming the worker and the cause, and the exit code (143 when it got SIGTERM)."""
     # Ray's message holds the worker's whole traceback; one line names the call and the cause.
-    from ray.exceptions import RayTaskError
+    from ray.exceptions import RayActorError, RayTaskError
 
-    if isinstance(e, RayTaskError):
+    # A call whose argument came from an actor that died is a RayTaskError of that death: no
+    # function of its own failed, so it is named as the death below.
+    if isinstance(e, RayTaskError) and not isinstance(e.cause, RayActorError):
         cause = e.cause if isinstance(e.cause, BaseException) else e
         first = (str(cause).strip().splitlines() or [""])[0]
         return (

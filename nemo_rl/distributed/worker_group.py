@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -143,6 +144,8 @@ class WorkerGroup:
             )
             for info in self.infos
         ]
+        for rank, actor in enumerate(self.actors):  # a dead actor's error names it by its id
+            _RANKS[actor._actor_id.hex()] = (weakref.ref(self), rank)
         self._broken = False  # a rank died: the others may be stuck in a collective
         self._closing: list[Any] | None = None  # the ranks' close() calls, once asked
         self.last_seconds: list[float] = [0.0] * num_workers
@@ -217,18 +220,15 @@ class WorkerGroup:
                 seconds[rank] = time.monotonic() - began
                 try:
                     results[rank] = ray.get(ref)
-                except RayTaskError:
-                    raise  # the rank raised: the entry point names the call and the cause
+                except RayTaskError as e:
+                    # An argument of the call was another group's result, and that rank died
+                    # (weights passed on through the object store): name the rank that died.
+                    died = _rank_of(e.cause) if isinstance(e.cause, RayActorError) else None
+                    if died is None:
+                        raise  # the rank raised: the entry point names the call and the cause
+                    raise died[0]._died(died[1], e.cause, what) from None
                 except RayActorError as e:
-                    self._broken = True
-                    if "receives a SIGTERM" in str(e):  # stopped from outside, not a crash
-                        raise WorkerDied(
-                            f"{self.describe(rank)} was terminated by SIGTERM during {what}",
-                            terminated=True,
-                        ) from None
-                    raise WorkerDied(
-                        f"{self.describe(rank)} died during {what}: {_cause(e)}"
-                    ) from None
+                    raise self._died(rank, e, what) from None
             if deadline is not None and time.monotonic() > deadline:
                 late = ", ".join(self.describe(index[r]) for r in pending)
                 raise WorkerDied(
@@ -237,6 +237,15 @@ class WorkerGroup:
         if len(refs) == self.size:
             self.last_seconds = seconds
         return results
+
+    def _died(self, rank: int, e: RayActorError, what: str) -> WorkerDied:
+        """The error to raise for ``rank``, dead (or stopped from outside) during ``what``."""
+        self._broken = True
+        if "receives a SIGTERM" in str(e):  # stopped from outside, not a crash
+            return WorkerDied(
+                f"{self.describe(rank)} was terminated by SIGTERM during {what}", terminated=True
+            )
+        return WorkerDied(f"{self.describe(rank)} died during {what}: {_cause(e)}")
 
     # -- the end ------------------------------------------------------------------------------
 
@@ -290,6 +299,17 @@ def _wait_placed(pg: Any, name: str, num_workers: int, bundle: dict[str, float])
         f"{name}: {num_workers} ranks ({asked}) could not be placed in {PLACEMENT_TIMEOUT_S:.0f} s; "
         f"the cluster has {present} in all (other groups hold some); lower the ranks or add nodes"
     )
+
+
+_RANKS: dict[str, tuple[weakref.ref[WorkerGroup], int]] = {}
+"""Every rank's actor id (hex) -> its group and rank."""
+
+
+def _rank_of(e: RayActorError) -> tuple[WorkerGroup, int] | None:
+    """The group and rank of the actor ``e`` says died, if it was one of ours."""
+    found = _RANKS.get(getattr(e, "actor_id", None) or "")
+    group = found[0]() if found else None
+    return (group, found[1]) if group is not None and found else None
 
 
 def _where(_actor: Any) -> _Where:

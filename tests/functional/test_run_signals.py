@@ -31,7 +31,8 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 # Small steps, no validation or checkpoints: the run reaches its first step quickly.
 QUICK = [
-    "grpo.max_steps=200",
+    # Every test stops its run; one that could end first (a step takes 0.2 s here) is a flake.
+    "grpo.max_steps=100000",
     "grpo.num_prompts_per_step=8",
     "grpo.num_generations_per_prompt=4",
     "grpo.val_at_start=false",
@@ -122,6 +123,21 @@ class Run:
             time.sleep(0.5)
         raise AssertionError("no step finished in time")
 
+    def wait_until_stuck(self, quiet_s: float = 2.0, timeout: float = 60) -> None:
+        """Until no step has been logged for ``quiet_s``: the driver waits in a step (every
+        step calls the policy worker, which the caller stopped)."""
+        metrics = self.log_dir / "metrics.jsonl"
+        size, since = -1, time.monotonic()
+        deadline = since + timeout
+        while time.monotonic() < deadline:
+            now = metrics.stat().st_size
+            if now != size:
+                size, since = now, time.monotonic()
+            elif time.monotonic() - since >= quiet_s:
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"steps still logged {timeout:.0f} s after the worker was stopped")
+
     def worker(self, class_name: str) -> int:
         for pid in self.processes():
             if _cmdline(pid).startswith(f"ray::{class_name}"):
@@ -203,6 +219,7 @@ def test_sigterm_to_the_driver_with_a_black_hole_collector(tmp_path, runs):
         stopped = run.worker("PolicyWorker")
         os.kill(stopped, signal.SIGSTOP)
         try:
+            run.wait_until_stuck()  # inside the step that waits for the stopped worker
             run.proc.send_signal(signal.SIGTERM)
             sent = time.monotonic()
             code, stderr = run.finish()
