@@ -5,7 +5,11 @@ re-parented to init and stay when the driver is killed with SIGKILL: nothing of 
 to stop them. A run's processes are told apart by a marker, not by their names or command lines:
 before the cluster starts, the driver puts ``NEMO_RL_RUN_MARKER=<pid>-<random>`` in its
 environment, and every process it starts from then on (GCS, raylet, Ray's agents, workers, the
-engines and tools they start) inherits it; ``/proc/PID/environ`` shows it. Two guards:
+engines and tools they start) inherits it; ``/proc/PID/environ`` shows it. A process that takes
+a title by writing over its arguments' memory (Ray's agents: ``ray::DashboardAgent``) may blank
+the start of that page of its environment too, the marker with it, depending on the lengths of
+its command line and variables; so a run's processes are the marked ones and every process
+below one of them (the agents are the raylet's children). Two guards:
 
 - :func:`start_reaper`: a small process, in its own session, that waits for the driver to end
   and then ends every process carrying the run's marker (within a few seconds); after a clean
@@ -44,17 +48,45 @@ def _marker(pid: int) -> str | None:
     return None
 
 
-def _own_processes() -> list[int]:
-    uid = os.getuid()
-    out = []
+def _own_processes() -> dict[int, int]:
+    """This user's live processes (this one left out), each with its parent's pid."""
+    uid, me = os.getuid(), os.getpid()
+    out = {}
     for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != os.getpid():
-            try:
-                if os.stat(f"/proc/{entry}").st_uid == uid:
-                    out.append(int(entry))
-            except OSError:
-                pass
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            if os.stat(f"/proc/{entry}").st_uid != uid:
+                continue
+            # after the command's closing parenthesis: state, then the parent's pid
+            state, ppid = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[:2]
+        except (OSError, ValueError):
+            continue
+        if state != "Z":
+            out[int(entry)] = int(ppid)
     return out
+
+
+def _runs() -> dict[str, list[int]]:
+    """Every run's live processes, by marker: those whose environment holds it, and those
+    below one of them (whose own copy of it may have been blanked by their title)."""
+    parents = _own_processes()
+    markers = {pid: m for pid in parents if (m := _marker(pid))}
+
+    def marker_of(pid: int) -> str | None:
+        seen = set()
+        while pid in parents and pid not in seen:
+            if pid in markers:
+                return markers[pid]
+            seen.add(pid)
+            pid = parents[pid]
+        return None
+
+    runs: dict[str, list[int]] = {}
+    for pid in parents:
+        if marker := marker_of(pid):
+            runs.setdefault(marker, []).append(pid)
+    return runs
 
 
 def mark_run() -> str:
@@ -69,8 +101,9 @@ def mark_run() -> str:
 
 
 def marked_processes(marker: str) -> list[int]:
-    """The live processes (of this user, this one left out) whose environment holds ``marker``."""
-    return sorted(p for p in _own_processes() if _marker(p) == marker and _alive(p))
+    """The live processes of the run ``marker`` (of this user, this one left out): those whose
+    environment holds it and those below them."""
+    return sorted(_runs().get(marker, []))
 
 
 def _end(pids: list[int], grace_s: float = 3.0) -> None:
@@ -96,13 +129,8 @@ def _alive(pid: int) -> bool:
 def clean_orphans() -> list[int]:
     """End the processes of runs whose driver is gone: the driver's pid leads each marker, so a
     marker whose driver is no longer alive is a run nothing will stop. Returns their pids."""
-    runs: dict[str, list[int]] = {}
-    for pid in _own_processes():
-        marker = _marker(pid)
-        if marker and _alive(pid):
-            runs.setdefault(marker, []).append(pid)
     ended: list[int] = []
-    for marker, pids in runs.items():
+    for marker, pids in _runs().items():
         driver = marker.split("-", 1)[0]
         if not driver.isdigit() or _alive(int(driver)):
             continue  # not one of ours, or its driver is still about

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import datetime
 import os
+import signal
+import threading
+import time
+from types import FrameType
 
 import torch
 import torch.distributed as dist
@@ -34,6 +38,7 @@ def init_worker(info: RankInfo) -> None:
     if not in_ray_actor():
         return
     torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS") or 1)))
+    _stop_only_where_ray_can(signal.SIGTERM)
     init_telemetry_worker(
         rank=info.rank,
         world_size=info.world_size,
@@ -42,6 +47,46 @@ def init_worker(info: RankInfo) -> None:
         node=info.node,
     )
     measure_cuda_peaks()
+
+
+STOP_DEFER_S = 5.0
+"""How long a stop signal may wait for a point where Ray can end the worker cleanly; after
+that it ends it wherever it is (Ray's own behaviour)."""
+
+
+def _stop_only_where_ray_can(signum: int) -> None:
+    """Ray's worker ends on SIGTERM by raising ``SystemExit`` wherever the signal lands. Landing
+    in Ray's own code around a task (between tasks' context managers, not in a method) crashes
+    the worker on a check of the task's returns (Ray 2.60; ray-project/ray#57247): the driver
+    then reads a crash, not a stop (42 of 60 SIGTERMs to a busy actor here). So the exit is
+    raised only inside a method or while the worker waits for a task; in between, the signal
+    is sent again 50 ms later. Needs the main thread (where Python runs signal handlers)."""
+    ray_handler = signal.getsignal(signum)
+    if threading.current_thread() is not threading.main_thread() or not callable(ray_handler):
+        return
+    since: float | None = None  # when the first signal came
+
+    def handler(sig: int, frame: FrameType | None) -> None:
+        nonlocal since
+        since = since or time.monotonic()
+        if _safe_to_exit(frame) or time.monotonic() - since > STOP_DEFER_S:
+            ray_handler(sig, frame)
+            return
+        threading.Timer(0.05, os.kill, (os.getpid(), sig)).start()
+
+    signal.signal(signum, handler)
+
+
+def _safe_to_exit(frame: FrameType | None) -> bool:
+    """Whether ``frame`` (where a signal landed) is Ray's wait for a task (``main_loop``) or
+    inside an actor method (below Ray's ``actor_method_executor``)."""
+    if frame is None or frame.f_code.co_name == "main_loop":
+        return True
+    while frame is not None:
+        if frame.f_code.co_name == "actor_method_executor":
+            return True
+        frame = frame.f_back
+    return False
 
 
 def join_process_group(info: RankInfo, address: str, port: int) -> None:

@@ -5,6 +5,7 @@ code that says what happened, the trace file complete, and no Ray process of the
 A run's processes (raylet, GCS, Ray's agents, workers) are told from any other on the machine by
 the marker the run puts in their environment (``NEMO_RL_RUN_MARKER``, read from
 ``/proc/PID/environ``), never by name: the test reads it from a process the driver started.
+A process below a marked one is the run's too (an agent's title can blank its copy).
 Each run also gets its own short ``RAY_TMPDIR`` (Ray's socket paths).
 """
 
@@ -54,6 +55,23 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+# An agent takes its ray:: title only once its imports are done (a minute on a busy machine);
+# until then its command line names its script.
+_AGENT_SCRIPTS = {
+    "ray/dashboard/agent.py": "ray::DashboardAgent",
+    "ray/_private/runtime_env/agent/main.py": "ray::RuntimeEnvAgent",
+}
+
+
+def _role(pid: int) -> str:
+    """What a Ray process is: its title (``ray::PolicyWorker``), or the agent its script is."""
+    cmdline = _cmdline(pid)
+    for script, title in _AGENT_SCRIPTS.items():
+        if script in cmdline:
+            return title
+    return cmdline.split(" ", 1)[0].split(".")[0]  # "ray::PolicyWorker.train" while in a call
+
+
 def _marker(pid: int) -> str | None:
     try:
         environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
@@ -64,16 +82,25 @@ def _marker(pid: int) -> str | None:
 
 
 def _marked(marker: str) -> list[int]:
-    """The live processes whose environment holds ``marker`` (zombies are gone in all but name)."""
-    out = []
+    """The live processes whose environment holds ``marker``, and those below them: an agent's
+    title may blank its copy (zombies are gone in all but name)."""
+    parents = {}
     for entry in os.listdir("/proc"):
-        if entry.isdigit() and _marker(int(entry)) == marker:
+        if entry.isdigit():
             try:
-                state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                stat = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
             except (OSError, IndexError):
                 continue
-            if state != "Z":
-                out.append(int(entry))
+            if stat[0] != "Z":
+                parents[int(entry)] = int(stat[1])
+    markers = {pid: m for pid in parents if (m := _marker(pid))}
+    out = []
+    for pid in parents:
+        up = pid  # up to the nearest marked process (a run's child run has a marker of its own)
+        while up in parents and up not in markers and up > 1:
+            up = parents[up]
+        if markers.get(up) == marker:
+            out.append(pid)
     return sorted(out)
 
 
@@ -301,16 +328,14 @@ def test_kill_9_of_the_driver_leaves_no_ray_process_for_long(tmp_path, runs):
     run = Run(tmp_path, f"logger.log_dir={tmp_path}/run")
     runs.append(run)
     run.wait_for_step()
-    # Ray's agents and the run's workers carry the marker, not only what the driver started
-    # (an agent takes its ray:: title once its imports are done: later on a busy machine).
+    # Ray's agents and the run's workers carry the marker, not only what the driver started.
     wanted = {"ray::DashboardAgent", "ray::RuntimeEnvAgent", "ray::PolicyWorker"}
+    seen: set[str] = set()
     deadline = time.monotonic() + 60
-    while True:
-        started = {_cmdline(p).split(" ", 1)[0].split(".")[0] for p in run.processes()}
-        if wanted <= started or time.monotonic() > deadline:
-            break
+    while not wanted <= seen and time.monotonic() < deadline:
+        seen |= {_role(p) for p in run.processes()}
         time.sleep(0.5)
-    assert wanted <= started, started
+    assert wanted <= seen, seen
     run.proc.kill()
     run.proc.wait()
     deadline = time.monotonic() + 30

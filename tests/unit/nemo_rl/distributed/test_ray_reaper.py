@@ -54,6 +54,29 @@ def test_marked_processes_are_the_marked_ones_only():
             os.waitpid(pid, 0)
 
 
+def test_a_process_below_a_marked_one_is_the_runs_though_its_copy_is_blank():
+    """Ray's agents may blank their copy of the marker when they take their title: they are the
+    raylet's children, and so the run's."""
+    marker = f"{os.getpid()}-testbelow"
+    env = {**os.environ, ray_reaper.MARKER_ENV: marker}
+    spawn = (  # a marked parent whose child's environment has no marker
+        "import os, subprocess as s, sys, time; "
+        f"env = {{k: v for k, v in os.environ.items() if k != {ray_reaper.MARKER_ENV!r}}}; "
+        f"print(s.Popen({SLEEPER!r}, env=env).pid, flush=True); time.sleep(120)"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", spawn], env=env, stdout=subprocess.PIPE, text=True
+    )
+    child = int(parent.stdout.readline())
+    try:
+        assert ray_reaper._marker(child) is None
+        assert ray_reaper.marked_processes(marker) == sorted([parent.pid, child])
+    finally:
+        for pid in (child, parent.pid):
+            os.kill(pid, 9)
+        parent.wait()
+
+
 def test_clean_orphans_ends_a_run_whose_driver_is_gone_and_spares_a_live_one():
     gone_driver = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
