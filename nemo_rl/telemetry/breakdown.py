@@ -34,13 +34,15 @@ __all__ = [
 
 def name_rank(label: str, resource: Mapping[str, Any]) -> str:
     """``policy rank 1 (node 3f2a9c01, pid 4711)``: a lane named as the run's messages name a
-    rank (``label`` when the resource does not say)."""
+    rank (``label`` when the resource does not say; no node where it names none, as a TRL
+    rank's: ``trainer rank 1 (pid 4711)``)."""
     group, rank = resource.get("rl.worker.group"), resource.get("rl.worker.rank")
     if group is None or rank is None:
         return label
-    node = str(resource.get("rl.worker.node") or "?")[:8]
-    pid = resource.get("process.pid")
-    return f"{group} rank {rank} (node {node}" + (f", pid {pid})" if pid is not None else ")")
+    node, pid = resource.get("rl.worker.node"), resource.get("process.pid")
+    where = [f"node {str(node)[:8]}"] if node else []
+    where += [f"pid {pid}"] if pid is not None else []
+    return f"{group} rank {rank}" + (f" ({', '.join(where)})" if where else "")
 
 
 class SummaryFold(Protocol):

@@ -304,6 +304,9 @@ def init_telemetry_driver(
     *,
     spec: Spec | None = None,
     resource: Mapping[str, Any] | None = None,
+    worker_group: str = "driver",
+    rank: int = 0,
+    world_size: int = 1,
 ) -> TelemetryHandle:
     """Start the job's telemetry on the driver; call once, before Ray starts.
 
@@ -312,6 +315,11 @@ def init_telemetry_driver(
     resource attributes (the logger backends' run ids: ``mlflow.run_id``, ``wandb.run_id``),
     which the workers inherit too. The driver always exports when telemetry is on. A second call
     returns the first handle.
+
+    ``worker_group``, ``rank`` and ``world_size`` name the driver's lane: the ``driver`` (the
+    main lane) unless the driver is itself rank 0 of equal ranks (a TRL run under ``accelerate
+    launch``: rank 0 of ``trainer``, whose other ranks start with :func:`init_telemetry_worker`
+    from the settings it wrote).
 
     Returns:
         The driver's :class:`~spanspec.export.TelemetryHandle`.
@@ -343,17 +351,17 @@ def init_telemetry_driver(
     handle = export.setup(
         # The env still carries the settings as given: a worker with the SDK exports.
         _without_sdk(settings),
-        rank=0,
-        world_size=1,
+        rank=rank,
+        world_size=world_size,
         resource={
             **job_resource,
-            "rl.worker.rank": 0,
-            "rl.worker.world_size": 1,
-            "rl.worker.group": "driver",
+            "rl.worker.rank": rank,
+            "rl.worker.world_size": world_size,
+            "rl.worker.group": worker_group,
             # Lets `spanspec live-check` tell a span emitted while its group was off.
             "spanspec.groups": ",".join(sorted(groups)),
         },
-        worker_group="driver",
+        worker_group=worker_group,
         exporting=True,
         handle_sigterm=True,
         label_attributes=label_attributes(spec),

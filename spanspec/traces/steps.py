@@ -11,7 +11,9 @@ file. The breakdown, the report's step curve and ``spanspec diff`` are all folds
 A phase is a path of span names below the step (``("x.rollout", "x.generation")``); a phase that
 several processes ran is kept per lane (the registry's ``conventions.lane_attributes``). For the
 buckets, the time of a span counts once, at the highest span below the step whose group has a
-bucket, and what no bucketed span covers is ``unattributed``.
+bucket, and what no bucketed span covers is ``unattributed``; the lanes of one group (the first
+lane attribute: the ranks of a worker group, side by side in the same step) count as their
+mean, so ranks doing the same work at once are the step's time once, not once a rank.
 
 Where the registry names a ``conventions.cpu_attribute`` (the CPU seconds a span's process spent
 inside it), each phase also keeps, per lane, the CPU and wall seconds of the spans that carry it:
@@ -98,19 +100,28 @@ class _Fold:
     """The sums of the spans folded below one held span, by path relative to it: what
     :func:`step_times` would have counted for them had they been held."""
 
-    __slots__ = ("buckets", "counts", "covered", "cpu", "open", "phases", "spans")
+    __slots__ = ("buckets", "counts", "cpu", "open", "phases", "spans")
 
     def __init__(self) -> None:
         self.phases: dict[Path_, dict[str, float]] = {}
         self.counts: dict[Path_, int] = {}
-        self.buckets: dict[str, float] = {}  # of the highest bucketed spans
-        self.covered = 0.0
+        # of the highest bucketed spans: (lane group, lane) -> bucket -> seconds
+        self.buckets: dict[tuple[Any, str], dict[str, float]] = {}
         self.cpu: dict[Path_, dict[str, tuple[float, float]]] = {}
         self.open: dict[str, tuple[float, float]] = {}  # the highest measured spans, per lane
         self.spans = 0
 
-    def add(self, span: Any, below: _Fold | None, lane: str, bucket: str | None, used: Any) -> None:
-        """Fold ``span`` (and ``below``, what was folded under it) in as a child."""
+    def add(
+        self,
+        span: Any,
+        below: _Fold | None,
+        lane: str,
+        bucket: str | None,
+        used: Any,
+        bucket_lane: tuple[Any, str],
+    ) -> None:
+        """Fold ``span`` (and ``below``, what was folded under it) in as a child; ``lane`` is
+        its lane's label, ``bucket_lane`` its ``(group, label)`` for the buckets."""
         seconds = _seconds(span)
         own = (span.name,)
         if below is not None:
@@ -126,12 +137,11 @@ class _Fold:
         lanes[lane] = lanes.get(lane, 0.0) + seconds
         self.counts[own] = self.counts.get(own, 0) + 1
         if bucket:
-            self.buckets[bucket] = self.buckets.get(bucket, 0.0) + seconds
-            self.covered += seconds
+            into = self.buckets.setdefault(bucket_lane, {})
+            into[bucket] = into.get(bucket, 0.0) + seconds
         elif below is not None:
-            for b, v in below.buckets.items():
-                self.buckets[b] = self.buckets.get(b, 0.0) + v
-            self.covered += below.covered
+            for key, by_bucket in below.buckets.items():
+                _add_lanes(self.buckets.setdefault(key, {}), by_bucket)
         if isinstance(used, int | float) and not isinstance(used, bool):
             _add_pairs(self.cpu.setdefault(own, {}), {lane: (float(used), seconds)})
             _add_pairs(self.open, {lane: (float(used), seconds)})
@@ -172,12 +182,13 @@ def step_times(
 
     phases: dict[Path_, dict[str, float]] = {}
     counts: dict[Path_, int] = {}
-    buckets: dict[str, float] = defaultdict(float)
+    # (lane group, lane) -> bucket -> seconds: a group's lanes are averaged at the end
+    lane_buckets: dict[tuple[Any, str], dict[str, float]] = {}
     cpu_key = conventions.cpu_attribute
     cpu: dict[Path_, dict[str, tuple[float, float]]] = {}
-    covered = 0.0
     folded_spans = 0
     seen = {step.span_id}
+
     # (span, its path, whether a bucketed span above counted it, the depth of the nearest span
     # above that carries the CPU attribute: 0 for none)
     stack: list[tuple[Any, Path_, bool, int]] = [(step, (), False, 0)]
@@ -191,9 +202,8 @@ def step_times(
                 _add_lanes(phases.setdefault(here, {}), lanes)
                 counts[here] = counts.get(here, 0) + fold.counts.get(rel, 0)
             if not counted:
-                for b, v in fold.buckets.items():
-                    buckets[b] += v
-                covered += fold.covered
+                for key, by_bucket in fold.buckets.items():
+                    _add_lanes(lane_buckets.setdefault(key, defaultdict(float)), by_bucket)
             for rel, lanes in fold.cpu.items():
                 _add_pairs(cpu.setdefault(_PATHS[(*path, *rel)], {}), lanes)
             # the highest measured spans folded count at each phase above them, up to the
@@ -207,15 +217,16 @@ def step_times(
                 continue
             seen.add(child.span_id)
             here = _PATHS.setdefault((*path, child.name), (*path, child.name))
-            lane = sys.intern(lane_of(getattr(child, "resource", {}) or {}, conventions).label)
+            child_lane = lane_of(getattr(child, "resource", {}) or {}, conventions)
+            lane = sys.intern(child_lane.label)
             lanes = phases.setdefault(here, {})
             lanes[lane] = lanes.get(lane, 0.0) + _seconds(child)
             counts[here] = counts.get(here, 0) + 1
             bucket = bucket_of(child.name)
             below = counted
             if bucket and not counted:
-                buckets[bucket] += _seconds(child)
-                covered += _seconds(child)
+                into = lane_buckets.setdefault(_bucket_lane(child_lane), defaultdict(float))
+                into[bucket] += _seconds(child)
                 below = True
             inner = measured
             used = child.attributes.get(cpu_key) if cpu_key else None
@@ -229,7 +240,9 @@ def step_times(
                 inner = len(here)
             pending.append((child, here, below, inner))
         stack.extend(reversed(pending))
-    buckets["unattributed"] += max(0.0, _seconds(step) - covered)
+    buckets = _lane_means(lane_buckets)
+    covered = sum(buckets.values())
+    buckets["unattributed"] = buckets.get("unattributed", 0.0) + max(0.0, _seconds(step) - covered)
     number = step.attributes.get(conventions.step_attribute) if conventions.step_attribute else None
     run_key = conventions.run_attribute
     run_id = step.resource.get(run_key) if run_key else None
@@ -246,6 +259,26 @@ def step_times(
         cpu=cpu,
         folded=folded_spans,
     )
+
+
+def _bucket_lane(lane: Any) -> tuple[Any, str]:
+    """``(group, lane)`` of a lane, for the buckets: a process without the lane attributes is a
+    group of its own (nothing says it is one of several ranks)."""
+    return (lane.key[0] if lane.order[0] != 2 else lane.key, lane.label)
+
+
+def _lane_means(lane_buckets: dict[tuple[Any, str], dict[str, float]]) -> dict[str, float]:
+    """Bucket -> seconds of a step: each group's lanes as their mean (ranks side by side), the
+    groups summed (they take turns: the driver, then a worker group)."""
+    groups: dict[Any, list[dict[str, float]]] = defaultdict(list)
+    for (group, _), by_bucket in lane_buckets.items():
+        groups[group].append(by_bucket)
+    buckets: dict[str, float] = defaultdict(float)
+    for lanes in groups.values():
+        for by_bucket in lanes:
+            for b, v in by_bucket.items():
+                buckets[b] += v / len(lanes)
+    return buckets
 
 
 class StepCollector:
@@ -354,12 +387,14 @@ class StepCollector:
         conventions = self.spec.conventions
         entry = self.spec.spans.get(span.name)
         bucket = self.spec.groups[entry.group].bucket if entry else None
-        lane = sys.intern(lane_of(getattr(span, "resource", {}) or {}, conventions).label)
+        span_lane = lane_of(getattr(span, "resource", {}) or {}, conventions)
+        lane = sys.intern(span_lane.label)
         used = span.attributes.get(conventions.cpu_attribute) if conventions.cpu_attribute else None
         fold = self._folded.get(span.parent_span_id)
         if fold is None:
             fold = self._folded[span.parent_span_id] = _Fold()
-        fold.add(span, self._folded.pop(span.span_id, None), lane, bucket, used)
+        below = self._folded.pop(span.span_id, None)
+        fold.add(span, below, lane, bucket, used, _bucket_lane(span_lane))
         self.folded += 1
 
     def _remember(self, span: Any) -> None:

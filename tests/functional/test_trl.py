@@ -3,12 +3,15 @@ the callback, an unmodified script under the launcher, and the readers on what t
 
 Each run is made once for the module (a few seconds each on the tiny model folder): TRL GRPO
 with the callback, the same under ``python -m nemo_rl.integrations.trl.run`` without it, the same
-with telemetry off, DPO, SFT, and a nemo_rl GRPO run for ``spanspec diff`` to compare with.
+with telemetry off, DPO, SFT, a nemo_rl GRPO run for ``spanspec diff`` to compare with, and TRL
+GRPO on two processes under ``accelerate launch`` (CPU, gloo), one of them slowed.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -354,3 +357,114 @@ def test_callback_warns_once_and_trains_on_bad_input(tmp_path, tiny):
     assert "Trainer is not a trainer this callback knows" in warnings[0]
     assert "NEMO_RL_OTEL_SPAN_GROUPS='bogus'" in warnings[1]
     assert not list(tmp_path.rglob("traces.jsonl"))
+
+
+# -- two processes: accelerate launch -------------------------------------------------------
+
+# The test's own script: examples/trl/grpo.py, with rank 1's "short" reward function slowed by
+# $SLOW_RANK_S (read here, not by the library), so the straggler views have a rank to name.
+SLOWED_GRPO = """
+import functools, os, sys, time
+sys.path.insert(0, os.path.join(os.getcwd(), "examples", "trl"))
+import grpo
+
+slow_s = float(os.environ.get("SLOW_RANK_S", "0"))
+if slow_s and os.environ.get("RANK") == "1":
+    short = grpo.short
+
+    @functools.wraps(short)
+    def slowed(*args, **kwargs):
+        time.sleep(slow_s)
+        return short(*args, **kwargs)
+
+    grpo.short = slowed
+sys.exit(grpo.main())
+"""
+SLOW_S = 0.3
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ranked(runs, tiny) -> Run:
+    """TRL GRPO, 2 steps, on 2 processes. accelerate 1.16's ``--cpu`` launches one process
+    (its multi-CPU launcher is mpirun); ``--multi_gpu`` is its torchrun launcher, and the
+    example's ``use_cpu=True`` makes that CPU processes over gloo."""
+    script = runs / "slowed_grpo.py"
+    script.write_text(SLOWED_GRPO)
+    launch = (
+        *("-m", "accelerate.commands.accelerate_cli", "launch", "--multi_gpu"),
+        *("--num_processes", "2", "--num_machines", "1"),
+        *("--mixed_precision", "no", "--dynamo_backend", "no"),
+        *("--main_process_ip", "127.0.0.1", "--main_process_port", str(_free_port())),
+        str(script),
+    )
+    return _example(runs, tiny, "ranked", launch, "--max-steps", "2", SLOW_RANK_S=str(SLOW_S))
+
+
+def test_two_accelerate_ranks_are_in_every_step(ranked):
+    spans = ranked.spans
+    by_id = {s["spanId"]: s for s in spans}
+    resources = {s["resource"]["rl.worker.rank"]: s["resource"] for s in spans}
+    assert sorted(resources) == [0, 1]
+    for resource in resources.values():
+        assert resource["rl.worker.group"] == "trainer", resource
+        assert resource["rl.worker.world_size"] == 2
+    (run_id,) = {r["rl.run_id"] for r in resources.values()}  # the one run rank 0 named
+    assert resources[0]["process.pid"] != resources[1]["process.pid"]
+    (job,) = [s for s in spans if s["name"] == "rl.grpo.job"]  # rank 0's: one job
+    assert job["resource"]["rl.worker.rank"] == 0 and job["attrs"]["rl.run_id"] == run_id
+    steps = step_subtrees(spans, "rl.grpo.step")
+    assert [s["attrs"]["rl.iteration"] for s, _ in steps] == [1, 2]  # one step span a step
+    phases = {"rl.grpo.rollout", "rl.grpo.generation", "rl.grpo.reward"}
+    phases |= {"rl.grpo.reward_function", "rl.grpo.advantage", "rl.grpo.policy_update"}
+    for step, under in steps:
+        assert step["resource"]["rl.worker.rank"] == 0
+        for rank in (0, 1):
+            mine = [
+                s for ss in under.values() for s in ss if s["resource"]["rl.worker.rank"] == rank
+            ]
+            assert phases <= {s["name"] for s in mine}, (rank, sorted(s["name"] for s in mine))
+            for s in mine:  # in the step's trace, below its step span, numbered as it is
+                assert s["traceId"] == step["traceId"]
+                assert step in ancestors(s, by_id)
+                assert s["attrs"]["rl.iteration"] == step["attrs"]["rl.iteration"]
+        for name in ("rl.grpo.rollout", "rl.grpo.advantage", "rl.grpo.policy_update"):
+            ranks = sorted(s["resource"]["rl.worker.rank"] for s in under[name])
+            assert ranks == [0, 1], name
+            assert {s["parentSpanId"] for s in under[name]} == {step["spanId"]}, name
+    # Every span of rank 1 sits in a step: none is left a root of its own
+    for s in spans:
+        if s["resource"]["rl.worker.rank"] == 1:
+            assert any(a["name"] == "rl.grpo.step" for a in ancestors(s, by_id)), s["name"]
+    # TRL's logged scalars are the run's: teed once (rank 0), not once a rank
+    rows = [json.loads(line) for line in (ranked.folder / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "train/loss" in r] == [1, 2]
+    assert "telemetry cost: 2 processes" in ranked.proc.stdout
+    live_check(ranked.telemetry)
+
+
+def test_the_straggler_views_name_the_slowed_rank(ranked, tmp_path):
+    out = ranked.proc.stdout  # rank 0's end-of-run summary, read from every rank's spans
+    assert re.search(r"^  rl\.grpo\.reward_function +2 ", out, re.M), out[-3000:]
+    found = re.findall(
+        r"straggler: trainer rank 1 \(pid (\d+)\) is \d+% slower than the median in "
+        r"rl\.grpo\.reward_function, the slowest in 2 of 2 steps",
+        out,
+    )
+    pid = next(
+        s["resource"]["process.pid"] for s in ranked.spans if s["resource"]["rl.worker.rank"] == 1
+    )
+    assert found == [str(pid)], out[-3000:]
+    html = tmp_path / "report.html"
+    proc = spanspec_cli("report", str(ranked.folder), "-o", str(html))
+    assert proc.returncode == 0, proc.stderr
+    named = [line for line in proc.stdout.splitlines() if "rl.grpo.reward_function" in line]
+    assert [line.split(" is ")[0] for line in named] == ["straggler: trainer 1"]
+    page = html.read_text()
+    assert "<th>trainer 0</th>" in page  # the heat map: both ranks, rank 1 marked
+    assert '<th>trainer 1 <b class="straggler">straggler</b></th>' in page

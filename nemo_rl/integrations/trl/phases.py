@@ -20,6 +20,10 @@ the reference model's forward          ``rl.dpo.reference_policy`` (a module hoo
                                        and checkpoint, as nemo_rl's loops hold them
 =====================================  =============================================
 
+With several ranks, rank 0 opens each ``rl.<algo>.step`` (:meth:`TrainerPhases.open_step`) and
+the others join it from its trace context (:meth:`TrainerPhases.join_step`): their phase spans
+are its children, and they have no step span of their own.
+
 A method a TRL version lacks is reported (:attr:`TrainerPhases.missing`) and its phase left
 out; the rest is still traced. Every piece of telemetry code runs behind :class:`Guard`, which
 counts a failure and warns once: TRL's own exceptions pass through unchanged, ours never reach
@@ -38,10 +42,13 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
+from opentelemetry import context as otel_context
+from opentelemetry import trace
 from opentelemetry.trace import Span
 
 import spanspec
 from nemo_rl.telemetry import record_token_usage
+from spanspec import propagate
 
 __all__ = ["ALGORITHMS", "Guard", "OpenSpans", "TrainerPhases", "algorithm_of"]
 
@@ -101,6 +108,24 @@ class _Open:
     def __init__(self, key: str, cm: AbstractContextManager[Span], iteration: int) -> None:
         self.key, self.cm, self.iteration, self.count = key, cm, iteration, 0
         self.span: Span = cm.__enter__()
+
+
+class _Joined(AbstractContextManager[Span]):
+    """Another process's span as the current context (a carrier's), without a span of its own:
+    entered, the context is attached and its (non-recording) span given; exited, detached."""
+
+    def __init__(self, carrier: dict[str, str] | None) -> None:
+        self._carrier = carrier or {}
+        self._token: Any = None
+
+    def __enter__(self) -> Span:
+        self._token = otel_context.attach(propagate.extract(self._carrier))
+        return trace.get_current_span()
+
+    def __exit__(self, *exc: object) -> None:
+        token, self._token = self._token, None
+        if token is not None:
+            otel_context.detach(token)
 
 
 class OpenSpans:
@@ -174,6 +199,14 @@ class TrainerPhases:
         a = self.algorithm
         attributes = {"rl.iteration": step, "rl.algorithm": a, "input.value": f"{a} step {step}"}
         self.spans.open("step", spanspec.span(f"rl.{a}.step", **attributes), step)
+
+    def join_step(self, step: int, carrier: dict[str, str] | None) -> None:
+        """Joins rank 0's step number ``step`` on another rank: its trace context (``carrier``,
+        the W3C headers rank 0 broadcast) is this rank's current context until the step closes,
+        so this rank's phase spans are children of rank 0's ``rl.<algo>.step``, in its trace; no
+        step span of this rank's own (the readers count each step once)."""
+        self.spans.close_key("step")
+        self.spans.open("step", _Joined(carrier), step)
 
     def close_step(self) -> None:
         """Ends the open step and everything inside it."""

@@ -54,6 +54,34 @@ def test_phases_shares_and_buckets_count_each_second_once():
     assert "efficiency: productive 70.0%, unattributed 20.0%, overhead 10.0%" in text
 
 
+def test_ranks_side_by_side_count_once_in_the_buckets_and_groups_add_up():
+    """Two ranks of one group running the step's phases at once (a TRL run's ``trainer``
+    ranks, rank 0 holding the step) are the step's time once, as their mean; another group's
+    lane (a driver's phase) adds to them."""
+    trace, t0 = "c" * 32, 0
+
+    def rec(name, sid, parent, a, b, group, rank):
+        resource = {"rl.worker.group": group, "rl.worker.rank": rank}
+        return SpanRecord(name, trace, sid, parent, t0 + int(a * S), t0 + int(b * S), {}, resource)
+
+    step = "c" * 15 + "0"
+    spans = [
+        rec("rl.grpo.step", step, None, 0.0, 1.0, "trainer", 0),
+        rec("rl.grpo.generation", "c" * 15 + "1", step, 0.0, 0.4, "trainer", 0),
+        rec("rl.grpo.policy_update", "c" * 15 + "2", step, 0.4, 0.8, "trainer", 0),
+        rec("rl.grpo.generation", "c" * 15 + "3", step, 0.0, 0.6, "trainer", 1),  # slower
+        rec("rl.grpo.policy_update", "c" * 15 + "4", step, 0.6, 0.8, "trainer", 1),
+        rec("rl.grpo.data_processing", "c" * 15 + "5", step, 0.8, 0.9, "driver", 0),
+    ]
+    result = compute_breakdown(spans, spanspec.load())
+    # productive: trainer 0 0.8 s, trainer 1 0.8 s -> 0.8; overhead: the driver's 0.1 s
+    assert result.buckets == pytest.approx(
+        {"productive": 0.8, "overhead": 0.1, "unattributed": 0.1}
+    )
+    phases = {p.name: p.mean_s for p in result.phases}
+    assert phases["rl.grpo.generation"] == pytest.approx(0.5)  # the mean over the ranks
+
+
 def test_a_folder_several_runs_appended_to_reports_one_run(tmp_path):
     write_traces(tmp_path, grpo_steps(2), groups="per_step", resource={"rl.run_id": "first"})
     path = write_traces(

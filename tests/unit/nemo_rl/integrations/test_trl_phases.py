@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 
+import pytest
+
 import spanspec
 from nemo_rl.integrations.trl.phases import Guard, OpenSpans, algorithm_of
 
@@ -56,3 +58,43 @@ def test_algorithm_of_a_class_not_from_trl_is_none():
         pass
 
     assert algorithm_of(GRPOTrainer()) is None
+
+
+def test_a_joined_step_holds_this_ranks_phases_under_rank_0s_step(spans):
+    """Another rank joins rank 0's step from its W3C carrier: its phase spans are children of
+    that step, in its trace, and it has no step span of its own."""
+    from opentelemetry import trace
+
+    from nemo_rl.integrations.trl.phases import TrainerPhases
+    from spanspec import propagate
+
+    with spanspec.span("rl.grpo.step", **{"rl.iteration": 3}):  # rank 0's, sent as a carrier
+        carrier = propagate.inject()
+    phases = TrainerPhases(object(), "grpo", Guard(), "tiny")
+    phases.join_step(3, carrier)
+    assert phases.iteration() == 3
+    with spanspec.span("rl.grpo.rollout", **{"rl.iteration": phases.iteration()}):
+        pass
+    phases.close_step()
+    assert not trace.get_current_span().get_span_context().is_valid  # the context it found
+    step, rollout = spans.one("rl.grpo.step"), spans.one("rl.grpo.rollout")
+    assert rollout.parent.span_id == step.context.span_id
+    assert rollout.context.trace_id == step.context.trace_id
+    phases.join_step(4, {})  # no carrier (rank 0's step off): a root, nothing raised
+    phases.close_step()
+
+
+def test_off_on_several_ranks_builds_no_group_and_sends_nothing(monkeypatch):
+    pytest.importorskip("transformers")
+    from nemo_rl.integrations.trl import ranks
+    from nemo_rl.integrations.trl.callback import TelemetryCallback
+
+    def no_group(*args):
+        raise AssertionError("a collective while telemetry is off")
+
+    monkeypatch.setenv("NEMO_RL_OTEL_ENABLED", "false")
+    monkeypatch.setattr(ranks, "Ranks", no_group)
+    for rank in (0, 1):
+        callback = TelemetryCallback(algorithm="grpo")
+        callback._start_ranks(object(), None, None, rank, 2)
+        assert callback._ranks is None and not callback._started and callback.phases is None
