@@ -220,6 +220,28 @@ def test_readers_read_the_runs(grpo, dpo, sft):
     assert "where the step time went (3 steps" in grpo.proc.stdout
 
 
+def test_the_report_of_a_trl_run_opens_in_chromium_with_its_phases_and_curves(grpo, tmp_path):
+    from tests.functional.test_report_browser import CHROMIUM, _console, _Dom, chromium
+
+    if CHROMIUM is None:
+        pytest.skip("needs Debian's chromium")
+    page = tmp_path / "report.html"
+    done = spanspec_cli("report", str(grpo.folder), "-o", str(page))  # the run's folder
+    assert done.returncode == 0, done.stderr
+    shown = chromium("--dump-dom", page.as_uri() + "#step=2", profile=tmp_path / "profile")
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert _console(shown.stderr) == []
+    dom = _Dom()
+    dom.feed(shown.stdout)
+    assert dom.body.get("data-ready") == "true" and dom.text_by_id["errors"].strip() == ""
+    assert "3 steps" in dom.text_by_id["meta"]
+    phases = {"rl.grpo.generation", "rl.grpo.reward", "rl.grpo.policy_update"}
+    assert phases <= set(dom.data["data-phase"])  # the breakdown table
+    assert phases <= set(dom.data["data-name"])  # step 2's waterfall
+    # TRL's logged scalars, teed to metrics.jsonl beside the traces, are the page's curves
+    assert "train/loss" in dom.data["data-curve"]
+
+
 @pytest.mark.ray
 def test_diff_against_a_nemo_rl_grpo_run_compares_the_shared_phases(grpo, runs):
     nemo = runs / "nemo_grpo"
