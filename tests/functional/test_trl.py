@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.otlp_receiver import OtlpReceiver
 from tests.traces import (
     ROOT,
     ancestors,
@@ -314,6 +315,37 @@ def test_dpo_steps_hold_the_update_and_the_reference(dpo):
     points = metric_points(dpo.telemetry / "metrics.jsonl")
     for metric in ("rl.preference.accuracy", "rl.validation.accuracy", "rl.validation.margin"):
         assert points[metric], metric  # TRL's rewards/accuracies, eval_rewards/margins, ...
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_a_trl_run_exports_its_spans_and_metrics_over_otlp(runs, tiny, protocol):
+    with OtlpReceiver() as rx:
+        endpoint = rx.grpc_endpoint if protocol == "grpc" else rx.http_endpoint
+        run = _example(
+            runs,
+            tiny,
+            f"otlp-{protocol.split('/')[0]}",
+            ("examples/trl/sft.py",),
+            "--max-steps",
+            "2",
+            NEMO_RL_OTEL_EXPORTER="otlp",
+            OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
+            OTEL_EXPORTER_OTLP_PROTOCOL=protocol,
+        )
+        # flushed at the end of training: all there once the run has exited
+        spans = rx.spans()
+        points = rx.metric_points()
+    assert not (run.telemetry / "traces.jsonl").exists()  # otlp only, no file
+    steps = [s for s in spans if s.name == "rl.sft.step"]
+    assert sorted(s.attributes["rl.iteration"] for s in steps) == [1, 2]
+    assert {s.protocol for s in spans} == {protocol.split("/")[0]}
+    updates = [s for s in spans if s.name == "rl.sft.policy_update"]
+    assert sorted(u.parent_span_id for u in updates) == sorted(s.span_id for s in steps)
+    (job,) = [s for s in spans if s.name == "rl.sft.job"]
+    assert all(s.trace_id == job.trace_id for s in steps)
+    assert {s.resource["rl.run_id"] for s in spans} == {job.resource["rl.run_id"]}
+    point, _ = points["rl.policy.loss"][-1]  # TRL's logged loss, teed: a gauge's last value
+    assert point.as_double == pytest.approx(run.logged("loss")[-1])
 
 
 def test_sft_steps_hold_the_update(sft):
