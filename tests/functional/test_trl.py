@@ -413,6 +413,29 @@ def test_callback_warns_once_and_trains_on_bad_input(tmp_path, tiny):
     assert not list(tmp_path.rglob("traces.jsonl"))
 
 
+def test_a_trl_outside_the_tested_range_is_one_warning_and_training_goes_on(tmp_path, tiny):
+    # The installed TRL, reporting another version: a distribution's metadata found first on
+    # the path (the package itself still imports from the environment).
+    shadow = tmp_path / "shadow" / "trl-1.10.0.dist-info"
+    shadow.mkdir(parents=True)
+    (shadow / "METADATA").write_text("Metadata-Version: 2.1\nName: trl\nVersion: 1.10.0\n")
+    run = _example(
+        tmp_path,
+        tiny,
+        "old_trl",
+        ("examples/trl/sft.py",),
+        "--max-steps",
+        "2",
+        PYTHONPATH=str(shadow.parent),
+    )
+    warnings = [line for line in run.proc.stderr.splitlines() if line.startswith("telemetry:")]
+    assert len(warnings) == 1, run.proc.stderr[-3000:]
+    assert "TRL 1.10.0 is outside the range" in warnings[0]
+    assert "<1.17,>=1.16" in warnings[0] and "training goes on" in warnings[0]
+    steps = step_subtrees(run.spans, "rl.sft.step")
+    assert [s["attrs"]["rl.iteration"] for s, _ in steps] == [1, 2]  # traced as usual
+
+
 # -- two processes: accelerate launch -------------------------------------------------------
 
 # The test's own script: examples/trl/grpo.py, with rank 1's "short" reward function slowed by

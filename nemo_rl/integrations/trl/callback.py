@@ -197,6 +197,18 @@ class TelemetryCallback(TrainerCallback):
         return None
 
     def _install(self, phases: TrainerPhases, quiet: bool) -> None:
+        tested = None if quiet else _untested_trl()
+        if tested:
+            # Not a stop: the phases are found by name, so a TRL that moved one loses that one
+            # (named below), and the rest is traced as usual.
+            _log.warning(
+                "telemetry: TRL %s is outside the range this integration is tested with (%s, "
+                "the trl extra); a phase whose method moved is named and left out, training goes "
+                "on; `pip install 'trl%s'` for the tested one",
+                _trl_version(),
+                tested,
+                tested,
+            )
         missing = phases.install()
         if missing and not quiet:
             _log.warning(
@@ -492,6 +504,23 @@ def _one_line(exc: BaseException) -> str:
     problems = getattr(exc, "problems", None)
     text = "; ".join(problems) if problems else str(exc)
     return " ".join(text.split())
+
+
+def _untested_trl() -> str | None:
+    """The TRL versions this integration is tested with (the ``trl`` extra's pin, from this
+    package's own metadata) when the installed TRL is outside them, else None."""
+    try:
+        from importlib.metadata import packages_distributions, requires, version
+
+        from packaging.requirements import Requirement
+
+        (dist, *_) = packages_distributions()["nemo_rl"]
+        pins = [Requirement(r) for r in requires(dist) or ()]
+        pin = next(r for r in pins if r.name == "trl")
+        installed = version("trl")
+    except Exception:  # run from a checkout that is not installed, or no metadata: no verdict
+        return None
+    return None if pin.specifier.contains(installed, prereleases=True) else str(pin.specifier)
 
 
 def _trl_version() -> str:
