@@ -8,14 +8,17 @@ decided once per process): ``off`` sets ``NEMO_RL_OTEL_ENABLED=false``, ``per_st
 every per-step span to a file. ``step ms`` is the median, after the first step, of TRL's own
 ``step_time`` (its training_step calls: generation, scoring, loss and backward; logged the same
 way whether telemetry is on or off); ``train s`` is TRL's ``train_runtime``; ``wall s`` the whole
-process. The table shows the median run of each mode.
+process; ``cost %`` the run's own telemetry-cost line (the export threads' CPU as a share of the
+process's CPU). The table shows the median run of each mode.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -24,6 +27,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+COST = re.compile(r"telemetry cost: .* = ([0-9.]+)% of the run's")
 MODES = {
     "off": {"NEMO_RL_OTEL_ENABLED": "false"},
     "per_step": {
@@ -36,7 +40,7 @@ MODES = {
 
 def run_job(mode: str, model: str, steps: int, out: Path) -> dict[str, float]:
     """Runs ``examples/trl/grpo.py`` once in ``mode``; returns its median step, train and wall
-    seconds. Raises ``RuntimeError`` on failure."""
+    seconds and its telemetry-cost share (NaN when off). Raises ``RuntimeError`` on failure."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NEMO_RL_OTEL_", "NEMO_LENS_"))}
     cmd = [
         sys.executable,
@@ -56,7 +60,9 @@ def run_job(mode: str, model: str, steps: int, out: Path) -> dict[str, float]:
     log = json.loads((out / "log_history.json").read_text())
     step_times = [row["step_time"] for row in log if "step_time" in row][1:]  # step 1 warms up
     runtime = next(row["train_runtime"] for row in log if "train_runtime" in row)
-    return {"step": statistics.median(step_times), "train": runtime, "wall": wall}
+    cost = COST.search(proc.stdout)
+    share = float(cost.group(1)) if cost else math.nan
+    return {"step": statistics.median(step_times), "train": runtime, "wall": wall, "cost": share}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,12 +84,13 @@ def main(argv: list[str] | None = None) -> int:
             for mode in MODES:
                 results[mode].append(run_job(mode, model, args.steps, Path(tmp) / f"{mode}{i}"))
     print(f"TRL GRPO, {args.steps} steps, {args.repeats} runs per mode (median run)")
-    print(f"{'mode':<10} {'step ms':>9} {'train s':>9} {'wall s':>8}")
+    print(f"{'mode':<10} {'step ms':>9} {'train s':>9} {'wall s':>8} {'cost %':>7}")
     medians = {}
     for mode, runs in results.items():
-        m = {k: statistics.median(r[k] for r in runs) for k in ("step", "train", "wall")}
+        m = {k: statistics.median(r[k] for r in runs) for k in ("step", "train", "wall", "cost")}
         medians[mode] = m
-        print(f"{mode:<10} {m['step'] * 1000:>9.1f} {m['train']:>9.2f} {m['wall']:>8.1f}")
+        cost = "-" if math.isnan(m["cost"]) else f"{m['cost']:.2f}"
+        print(f"{mode:<10} {m['step'] * 1000:>9.1f} {m['train']:>9.2f} {m['wall']:>8.1f} {cost:>7}")
     ratio = medians["per_step"]["step"] / medians["off"]["step"]
     print(f"step-time ratio per_step / off: {ratio:.3f}")
     return 0
