@@ -132,13 +132,11 @@ class TelemetryCallback(TrainerCallback):
             return False
         from nemo_rl.algorithms.task import RunInputs
         from nemo_rl.models.causal_lm import parameter_count
-        from nemo_rl.models.pretrained import model_label
         from spanspec.findings import SpecError
         from spanspec.settings import SettingsError
 
         model = trainer.model
-        name = getattr(getattr(model, "config", None), "_name_or_path", "") or ""
-        label = model_label(name) if name else type(model).__name__
+        label = _model_label(model)
         inputs = RunInputs(
             label,
             parameter_count(model),
@@ -318,12 +316,8 @@ class TelemetryCallback(TrainerCallback):
             return False
         algorithm = self._known(trainer, quiet=True)
         assert algorithm is not None  # _on_here said so
-        model = trainer.model
-        name = getattr(getattr(model, "config", None), "_name_or_path", "") or ""
-        from nemo_rl.models.pretrained import model_label
-
-        label = model_label(name) if name else type(model).__name__
-        self._install(TrainerPhases(trainer, algorithm, self._guard, label), quiet=True)
+        phases = TrainerPhases(trainer, algorithm, self._guard, _model_label(trainer.model))
+        self._install(phases, quiet=True)
         return True
 
     def _share_step(self, step: int) -> None:
@@ -489,6 +483,14 @@ def _find_trainer(callback: TelemetryCallback) -> Any:
             return candidate
         frame = frame.f_back
     return None
+
+
+def _model_label(model: Any) -> str:
+    """The model's name as the job and its spans give it (its folder or hub id, else its class)."""
+    from nemo_rl.models.pretrained import model_label
+
+    name = getattr(getattr(model, "config", None), "_name_or_path", "") or ""
+    return model_label(name) if name else type(model).__name__
 
 
 def _size(dataset: Any) -> int:
