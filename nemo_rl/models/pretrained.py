@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import sys
 from typing import Any
 
 import torch
@@ -25,6 +26,7 @@ __all__ = [
     "model_folder_problem",
     "model_label",
     "save_folder",
+    "without_sklearn",
 ]
 
 BUILTIN_MODEL = "tiny-llama"
@@ -40,6 +42,22 @@ _DOWNLOAD_HINT = (
     "models load from local folders only; fetch a hub model first, e.g. "
     "`huggingface-cli download Qwen/Qwen2.5-0.5B --local-dir models/Qwen2.5-0.5B`"
 )
+
+
+def without_sklearn() -> None:
+    """Tells transformers that scikit-learn is absent, before this process first loads a model
+    class (call it before importing one).
+
+    transformers' generation module, imported with every model class, imports scikit-learn
+    whenever it is installed (MLflow requires it) for one thing: calibrating assisted decoding,
+    which nothing here does. That import is 1 to 2 s of CPU in the driver and in every worker of
+    every run. A process whose model classes are loaded already (a TRL script's) is left as it is.
+    """
+    if "transformers.generation.candidate_generator" in sys.modules:
+        return
+    import transformers.utils
+
+    transformers.utils.is_sklearn_available = lambda: False
 
 
 def is_builtin(name: str) -> bool:
@@ -167,6 +185,7 @@ def load_causal_lm(path: str, meta: bool = False) -> torch.nn.Module:
     look-up: a name that is not a folder is not tried as a model id)."""
     if not os.path.isdir(path):
         raise ValueError(model_folder_problem(path) or f"{path}: not a folder")
+    without_sklearn()
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 

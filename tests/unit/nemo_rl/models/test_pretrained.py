@@ -108,3 +108,29 @@ def test_a_meta_model_counts_parameters_without_reading_weights(tiny_hf):
     assert parameter_count(builtin) == parameter_count(meta)  # the same shape as built in
     scalar = build_model("tiny-llama", ModelConfig(), 15, 0, head="scalar", meta=True)
     assert parameter_count(scalar) == parameter_count(meta) - 15 * 128 + 129  # head: 128 + bias
+
+
+SKLEARN_PROBE = """
+import importlib.util, sys
+from nemo_rl.models.causal_lm import ModelConfig, build_model, build_scalar_model
+build_model("tiny-llama", ModelConfig(), 40, 0)
+build_scalar_model(ModelConfig(), 40, 0)
+import transformers.generation.candidate_generator as cg
+print(importlib.util.find_spec("sklearn") is not None, "sklearn" in sys.modules, cg.is_sklearn_available())
+"""
+
+
+@pytest.mark.skipif(
+    __import__("importlib").util.find_spec("sklearn") is None, reason="scikit-learn not installed"
+)
+def test_building_a_model_does_not_import_scikit_learn():
+    """transformers imports scikit-learn (installed with MLflow) with every model class, for
+    assisted decoding only: a process where nemo_rl loads the model classes skips it."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", SKLEARN_PROBE], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["True", "False", "False"]
