@@ -5,11 +5,14 @@
 Two rows, each a fresh process measured by its own CPU seconds (user + system, from
 ``getrusage`` of the finished child), median of the repeats, alternating:
 
-- ``build_model``: a process that builds the built-in tiny Llama, as the driver and every
-  policy, generation and teacher worker does; ``skipped`` is nemo_rl as it is (transformers is
-  told scikit-learn is absent, ``nemo_rl.models.pretrained.without_sklearn``), ``imported``
-  the same with that call made a no-op (scikit-learn imported, as transformers does when MLflow
-  installed it). Equal where scikit-learn is not installed.
+- ``build_model``: a process that builds the built-in tiny Llama, as every policy, generation
+  and teacher worker does; ``skipped`` is nemo_rl as it is (transformers is told scikit-learn
+  and SciPy are absent, ``nemo_rl.models.pretrained.without_sklearn_and_scipy``), ``imported``
+  the same with that call made a no-op (both imported, as transformers does when MLflow
+  installed them). Equal where neither is installed.
+- ``count_params``: the driver's start-up line and job span count the built-in model's
+  parameters; ``skipped`` computes them from its shape (``model_parameter_count``), ``imported``
+  builds the model on the meta device for it, as the driver did (transformers' model classes).
 - ``reaper``: the process every local cluster starts to end its processes after a kill -9;
   ``skipped`` is how it is started (by path, ``-I -S``: the standard library only), ``imported``
   the ``python -m nemo_rl.distributed.ray_reaper`` it was (the package's imports: Ray, torch).
@@ -32,13 +35,27 @@ BUILD = (
     "from nemo_rl.models.causal_lm import ModelConfig, build_model\n"
     "build_model('tiny-llama', ModelConfig(), 40, 0)\n"
 )
+COUNT = (
+    "from nemo_rl.models.causal_lm import (\n"
+    "    ModelConfig, build_model, model_parameter_count, parameter_count)\n"
+    "MODEL = ('tiny-llama', ModelConfig(), 40)\n"
+    "print({count})\n"
+)
 CASES = {
     "build_model": {
         "skipped": [sys.executable, "-c", BUILD.format(patch="")],
         "imported": [
             sys.executable,
             "-c",
-            BUILD.format(patch="; p.without_sklearn = lambda: None"),
+            BUILD.format(patch="; p.without_sklearn_and_scipy = lambda: None"),
+        ],
+    },
+    "count_params": {
+        "skipped": [sys.executable, "-c", COUNT.format(count="model_parameter_count(*MODEL)")],
+        "imported": [
+            sys.executable,
+            "-c",
+            COUNT.format(count="parameter_count(build_model(*MODEL, 0, meta=True))"),
         ],
     },
     "reaper": {

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from nemo_rl.data import PreferencePair, Tokenizer, load_tokenizer
 from nemo_rl.data.jsonl import DataConfig, DataError, read_jsonl
 from nemo_rl.environments import Environment, Problem, make_environment, make_problems
-from nemo_rl.models.causal_lm import build_model, parameter_count
+from nemo_rl.models.causal_lm import model_parameter_count
 from nemo_rl.utils.config import ConfigError
 
 __all__ = [
@@ -259,8 +259,8 @@ def _count(n: int) -> str:
 
 
 def run_inputs(cfg: Any) -> RunInputs:
-    """Returns what the run of config ``cfg`` trains (``cfg.policy``, its structure built on the
-    meta device to count parameters, no weights read) and on what (its task, with its loop's
+    """Returns what the run of config ``cfg`` trains (``cfg.policy`` and its parameter count, no
+    weights read) and on what (its task, with its loop's
     seed). Raises ``ConfigError`` where :func:`make_task` raises (the config's own validation
     has already called it, so only a file changed since then does)."""
     try:
@@ -268,12 +268,11 @@ def run_inputs(cfg: Any) -> RunInputs:
     except ValueError as e:
         raise ConfigError([str(e)]) from None
     policy = cfg.policy
-    meta = build_model(
-        policy.model_name, policy.model, task.tokenizer.vocab_size, 0, policy.head, meta=True
-    )
     return RunInputs(
         policy.label,
-        parameter_count(meta),
+        model_parameter_count(
+            policy.model_name, policy.model, task.tokenizer.vocab_size, policy.head
+        ),
         len(task.train),
         len(task.val),
         task.files,

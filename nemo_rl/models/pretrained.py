@@ -26,7 +26,7 @@ __all__ = [
     "model_folder_problem",
     "model_label",
     "save_folder",
-    "without_sklearn",
+    "without_sklearn_and_scipy",
 ]
 
 BUILTIN_MODEL = "tiny-llama"
@@ -44,20 +44,22 @@ _DOWNLOAD_HINT = (
 )
 
 
-def without_sklearn() -> None:
-    """Tells transformers that scikit-learn is absent, before this process first loads a model
-    class (call it before importing one).
+def without_sklearn_and_scipy() -> None:
+    """Tells transformers that scikit-learn and SciPy are absent, before this process first
+    loads a model class (call it before importing one).
 
-    transformers' generation module, imported with every model class, imports scikit-learn
-    whenever it is installed (MLflow requires it) for one thing: calibrating assisted decoding,
-    which nothing here does. That import is 1 to 2 s of CPU in the driver and in every worker of
-    every run. A process whose model classes are loaded already (a TRL script's) is left as it is.
+    transformers imports both with every model class whenever they are installed (MLflow
+    requires them), each for one thing nothing here does: scikit-learn to calibrate assisted
+    decoding, SciPy to match boxes in the object-detection losses. Those imports are about 2 s
+    of CPU in every process of every run that builds a model. A process whose model classes are
+    loaded already (a TRL script's) is left as it is.
     """
     if "transformers.generation.candidate_generator" in sys.modules:
         return
     import transformers.utils
 
     transformers.utils.is_sklearn_available = lambda: False
+    transformers.utils.is_scipy_available = lambda: False
 
 
 def is_builtin(name: str) -> bool:
@@ -185,7 +187,7 @@ def load_causal_lm(path: str, meta: bool = False) -> torch.nn.Module:
     look-up: a name that is not a folder is not tried as a model id)."""
     if not os.path.isdir(path):
         raise ValueError(model_folder_problem(path) or f"{path}: not a folder")
-    without_sklearn()
+    without_sklearn_and_scipy()
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 

@@ -22,14 +22,16 @@ def _wait_gone(pids: list[int], timeout: float = 10) -> list[int]:
 def _start(marker: str | None, *, orphan: bool = False) -> int:
     """A sleeping process carrying ``marker``; with ``orphan`` its parent exits at once."""
     env = {k: v for k, v in os.environ.items() if k != ray_reaper.MARKER_ENV}
-    if marker:
-        env[ray_reaper.MARKER_ENV] = marker
     if not orphan:
+        if marker:
+            env[ray_reaper.MARKER_ENV] = marker
         return subprocess.Popen(SLEEPER, env=env, start_new_session=True).pid
+    # Only the sleeper carries the marker: a run starting in another test meanwhile ends the
+    # processes of a marker whose driver is gone, and must not end the parent before it prints.
     spawn = (  # the sleeper holds none of the pipes this waits on
-        "import subprocess as s; print(s.Popen("
-        f"{SLEEPER!r}, stdin=s.DEVNULL, stdout=s.DEVNULL, stderr=s.DEVNULL, "
-        "start_new_session=True).pid)"
+        "import os, subprocess as s; print(s.Popen("
+        f"{SLEEPER!r}, env={{**os.environ, {ray_reaper.MARKER_ENV!r}: {marker!r}}}, "
+        "stdin=s.DEVNULL, stdout=s.DEVNULL, stderr=s.DEVNULL, start_new_session=True).pid)"
     )
     out = subprocess.run([sys.executable, "-c", spawn], env=env, capture_output=True, text=True)
     return int(out.stdout)

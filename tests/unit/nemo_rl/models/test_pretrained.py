@@ -1,7 +1,10 @@
 """Local Hugging Face model folders: what is refused and why, the name traces use, and the models
 ``build_model`` makes from a folder (nothing is downloaded)."""
 
+import importlib.util
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -10,6 +13,7 @@ from nemo_rl.models.causal_lm import (
     ModelConfig,
     ScalarHeadModel,
     build_model,
+    model_parameter_count,
     parameter_count,
     token_logprobs,
 )
@@ -110,27 +114,40 @@ def test_a_meta_model_counts_parameters_without_reading_weights(tiny_hf):
     assert parameter_count(scalar) == parameter_count(meta) - 15 * 128 + 129  # head: 128 + bias
 
 
-SKLEARN_PROBE = """
-import importlib.util, sys
+@pytest.mark.parametrize(
+    "shape",
+    [{}, {"hidden_size": 32, "intermediate_size": 80, "num_layers": 3, "num_heads": 2}],
+)
+@pytest.mark.parametrize("head", ["lm", "scalar"])
+def test_the_parameter_count_is_the_built_models(tiny_hf, shape, head):
+    cfg = ModelConfig(**shape)
+    built = build_model("tiny-llama", cfg, 23, 0, head=head)
+    assert model_parameter_count("tiny-llama", cfg, 23, head) == parameter_count(built)
+    folder = str(tiny_hf / TINY_MODEL)  # a folder's count: its own shape, cfg unused
+    loaded = build_model(folder, cfg, 23, 0, head=head)
+    assert model_parameter_count(folder, cfg, 23, head) == parameter_count(loaded)
+
+
+UNUSED_IMPORTS_PROBE = """
+import sys
 from nemo_rl.models.causal_lm import ModelConfig, build_model, build_scalar_model
 build_model("tiny-llama", ModelConfig(), 40, 0)
 build_scalar_model(ModelConfig(), 40, 0)
-import transformers.generation.candidate_generator as cg
-print(importlib.util.find_spec("sklearn") is not None, "sklearn" in sys.modules, cg.is_sklearn_available())
+import transformers.generation.candidate_generator
+print(sorted(m for m in ("sklearn", "scipy") if m in sys.modules))
 """
 
 
 @pytest.mark.skipif(
-    __import__("importlib").util.find_spec("sklearn") is None, reason="scikit-learn not installed"
+    not all(importlib.util.find_spec(m) for m in ("sklearn", "scipy")),
+    reason="scikit-learn or SciPy not installed",
 )
-def test_building_a_model_does_not_import_scikit_learn():
-    """transformers imports scikit-learn (installed with MLflow) with every model class, for
-    assisted decoding only: a process where nemo_rl loads the model classes skips it."""
-    import subprocess
-    import sys
-
+def test_building_a_model_imports_neither_scikit_learn_nor_scipy():
+    """transformers imports both (installed with MLflow) with every model class, for assisted
+    decoding and object detection only: a process where nemo_rl loads the model classes skips
+    them."""
     out = subprocess.run(
-        [sys.executable, "-c", SKLEARN_PROBE], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", UNUSED_IMPORTS_PROBE], capture_output=True, text=True, timeout=120
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split() == ["True", "False", "False"]
+    assert out.stdout.strip() == "[]"
