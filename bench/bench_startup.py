@@ -41,22 +41,22 @@ COUNT = (
     "MODEL = ('tiny-llama', ModelConfig(), 40)\n"
     "print({count})\n"
 )
+
+
+def _python(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
 CASES = {
     "build_model": {
-        "skipped": [sys.executable, "-c", BUILD.format(patch="")],
-        "imported": [
-            sys.executable,
-            "-c",
-            BUILD.format(patch="; p.without_sklearn_and_scipy = lambda: None"),
-        ],
+        "skipped": _python(BUILD.format(patch="")),
+        "imported": _python(BUILD.format(patch="; p.without_sklearn_and_scipy = lambda: None")),
     },
     "count_params": {
-        "skipped": [sys.executable, "-c", COUNT.format(count="model_parameter_count(*MODEL)")],
-        "imported": [
-            sys.executable,
-            "-c",
-            COUNT.format(count="parameter_count(build_model(*MODEL, 0, meta=True))"),
-        ],
+        "skipped": _python(COUNT.format(count="model_parameter_count(*MODEL)")),
+        "imported": _python(
+            COUNT.format(count="parameter_count(build_model(*MODEL, 0, meta=True))")
+        ),
     },
     "reaper": {
         "skipped": [sys.executable, "-I", "-S", str(REAPER), "999999999", "bench-none"],

@@ -260,9 +260,9 @@ def _count(n: int) -> str:
 
 def run_inputs(cfg: Any) -> RunInputs:
     """Returns what the run of config ``cfg`` trains (``cfg.policy`` and its parameter count, no
-    weights read) and on what (its task, with its loop's
-    seed). Raises ``ConfigError`` where :func:`make_task` raises (the config's own validation
-    has already called it, so only a file changed since then does)."""
+    weights read) and on what (its task, with its loop's seed). Raises ``ConfigError`` where
+    :func:`make_task` raises (the config's own validation has already called it, so only a file
+    changed since then does)."""
     try:
         task = make_task(cfg, cfg.section.seed)
     except ValueError as e:
