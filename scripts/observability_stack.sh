@@ -60,8 +60,7 @@ install() {
     say "installing Phoenix, rotel and the bridge's packages into $VENV (once; a few minutes)"
     [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
     # The bridge (scripts/metrics_bridge.py) uses spanspec's remote write: its two packages.
-    # --no-compile: what is imported is compiled when first imported (setup.sh says why)
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile "$PHOENIX_SPEC" rotel \
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "$PHOENIX_SPEC" rotel \
       opentelemetry-exporter-prometheus 'cramjam>=2.8'
   fi
   if ! command -v prometheus >/dev/null 2>&1; then
