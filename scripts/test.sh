@@ -45,10 +45,8 @@ spanspec check schemas/span_groups.yaml examples/configs --code spanspec --code 
 spanspec check examples/pipeline/registry.yaml --code examples/pipeline --require-used 'pipeline.*'
 # Two test files at a time (PYTEST_WORKERS, 0 for one process): most of a run test's time is
 # waiting on its subprocesses, so two fill two cores; a file stays on one worker, so the runs a
-# module's tests share are made once. Files are handed out in the order tests/conftest.py gives
-# them (the longest first); xdist's own reorder, by number of tests, would hand the long files of
-# few tests (the GRPO unit runs) out last, leaving one worker busy while the other waits.
-set -- -n "${PYTEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder "$@"
+# module's tests share are made once.
+set -- -n "${PYTEST_WORKERS:-2}" --dist loadfile "$@"
 # Two runs at once on two cores: torch's OpenMP threads, spinning while they wait for a core the
 # other run holds, make a tiny GRPO step 50x slower (11.4 s instead of 0.2 s, measured with one
 # core busy). Passive waiting gives the core back; on an idle machine it makes this tiny model's
