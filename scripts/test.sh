@@ -35,9 +35,13 @@ tools_pid=$!
 # tests (tests/functional/test_logger_backends.py, test_mlflow_traces.py) TensorBoard, MLflow, W&B;
 # the TRL integration's (tests/functional/test_trl.py) TRL.
 bash scripts/setup.sh --vllm --loggers --trl
-wait "$tools_pid" || true  # a tool that did not install skips its tests (said in the log)
+tools_status=0
+wait "$tools_pid" || tools_status=$?
 cat "$tools_log"
 rm -f "$tools_log"
+# apt-get failing stops the command, as it did when it ran in the foreground (a stack that did
+# not install only skips its test, said in the log above).
+[ "$tools_status" = 0 ] || { echo "test: installing the Debian tools failed (see above)" >&2; exit "$tools_status"; }
 . .venv/bin/activate
 ruff check .
 ruff format --check .
